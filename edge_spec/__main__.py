@@ -1,0 +1,3 @@
+from edge_spec.cli import main
+
+raise SystemExit(main())

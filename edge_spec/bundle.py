@@ -1,0 +1,252 @@
+"""The bundle manifest (``edge_spec.json``): one typed, versioned description of a bundle.
+
+A bundle is a directory::
+
+    BUNDLE/
+      edge_spec.json            this manifest
+      tokenizer/                tokenizer.json, tokenizer_config.json (+ chat template)
+      target/                   model.onnx, model.onnx.data, genai_config.json
+      drafter/                  model.onnx, model.onnx.data, id_map.npy (when trimmed)
+
+Everything the runtime's memory planner needs is in the manifest; the runtime never
+opens the graphs to learn sizes. The schema is documented in ``docs/manifest.md`` —
+keep that file true to this module. Only the standard library is imported here, so
+both the lean runtime and the exporter can use it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from edge_spec.errors import BundleError
+
+MANIFEST_NAME = "edge_spec.json"
+FORMAT = "edge-spec-bundle"
+SCHEMA_VERSION = 1
+PRECISIONS = ("int4", "int8", "fp16", "fp32")
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """How the graph's MatMul weights are stored (MatMulNBits for int4/int8)."""
+
+    precision: str  # one of PRECISIONS
+    block_size: int | None = None  # int4/int8 block size along K
+    accuracy_level: int | None = None  # MatMulNBits accuracy_level (0, 1 = fp32, 4 = int8 activations)
+    io_dtype: str = "float32"  # dtype of logits and KV cache tensors
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One ONNX decoder graph and everything needed to budget and drive it."""
+
+    graph: str  # path of model.onnx relative to the bundle root
+    data_files: tuple[str, ...]  # external-data files next to the graph (relative paths)
+    architecture: str  # Hugging Face architecture, e.g. "LlamaForCausalLM"
+    quantization: Quantization
+    num_layers: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_size: int
+    hidden_size: int
+    vocab_size: int  # width of the logits this graph outputs (trimmed for a trimmed drafter)
+    full_vocab_size: int  # tokenizer / target vocabulary size
+    max_context: int  # tokens the KV buffer may hold
+    weight_bytes: int  # bytes of initializers (graph + external data) on disk
+    load_bytes: int  # resident bytes added by creating the ORT session (measured at export)
+    kv_bytes_per_token: int  # 2 (K and V) * layers * kv_heads * head_size * dtype bytes
+    workspace_bytes: dict[int, int]  # k new tokens (1..16) -> peak bytes of one forward pass
+    input_names: dict[str, str]  # input_ids, attention_mask, past_key (%d), past_value (%d)
+    output_names: dict[str, str]  # logits, present_key (%d), present_value (%d)
+    genai_config: str | None = None  # ORT GenAI config, relative path (target only)
+
+    def logits_bytes(self, positions: int) -> int:
+        """Bytes of a float32 logits buffer for ``positions`` query positions."""
+        return positions * self.vocab_size * 4
+
+    def workspace_for(self, k: int) -> int:
+        """Measured workspace of a k-token pass; beyond the measured range, extrapolate linearly."""
+        if k in self.workspace_bytes:
+            return self.workspace_bytes[k]
+        top = max(self.workspace_bytes)
+        if k < min(self.workspace_bytes):
+            return self.workspace_bytes[min(self.workspace_bytes)]
+        per = max(0, self.workspace_bytes[top] - self.workspace_bytes.get(top - 1, self.workspace_bytes[top]))
+        return self.workspace_bytes[top] + per * (k - top)
+
+
+@dataclass(frozen=True)
+class VocabTrim:
+    """The drafter's LM head keeps ``kept`` rows; ``id_map[i]`` is the target id of draft id i."""
+
+    id_map: str  # relative path of an int32 .npy array, shape [kept]
+    kept: int
+    full: int
+    coverage: float  # share of target-produced calibration tokens inside the kept set
+    calibration_tokens: int  # tokens the target generated for the count
+    lm_head_bytes_before: int
+    lm_head_bytes_after: int
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """A chat template flattened to strings, so the runtime needs no Jinja.
+
+    ``roles[r] = (prefix, suffix)``: a message of role r renders as prefix + content + suffix;
+    ``generation_prompt`` starts the assistant's turn. ``template`` keeps the original Jinja."""
+
+    roles: dict[str, tuple[str, str]]
+    generation_prompt: str
+    template: str | None = None
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    files: tuple[str, ...]  # relative paths; files[0] is tokenizer.json
+    vocab_size: int
+    bos_token_id: int | None
+    stop_token_ids: tuple[int, ...]  # EOS and end-of-turn tokens
+    special_token_ids: tuple[int, ...]
+    chat: ChatFormat | None
+
+
+@dataclass(frozen=True)
+class SourceModel:
+    name: str  # path or hub id the user passed
+    sha256: str  # hash over the checkpoint's weight and config files
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The whole ``edge_spec.json``."""
+
+    target: ModelSpec
+    drafter: ModelSpec | None
+    tokenizer: TokenizerSpec
+    vocab_trim: VocabTrim | None
+    sources: dict[str, SourceModel]  # "target" / "drafter" -> provenance
+    created_by: str
+    created_at: str
+    format: str = FORMAT
+    version: int = SCHEMA_VERSION
+    notes: dict[str, Any] = field(default_factory=dict)  # export report (timings, kept share, ...)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ------------------------------------------------------------------------------ reading
+def _build(cls: type, data: Any, where: str) -> Any:
+    """Construct dataclass ``cls`` from JSON, rejecting unknown and missing keys."""
+    if not isinstance(data, dict):
+        raise BundleError(f"The manifest field '{where}' should be an object; re-export the bundle.")
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise BundleError(f"The manifest field '{where}' has unknown key '{unknown[0]}'; re-export the bundle "
+                          "with this edge-spec version.")
+    kwargs = {}
+    for f in fields(cls):
+        if f.name not in data:
+            if f.default is not MISSING or f.default_factory is not MISSING:
+                continue
+            raise BundleError(f"The manifest is missing '{where}.{f.name}'; re-export the bundle.")
+        kwargs[f.name] = data[f.name]
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise BundleError(f"The manifest field '{where}' is malformed ({exc}); re-export the bundle.") from None
+
+
+def _model(data: Any, where: str) -> ModelSpec:
+    spec = _build(ModelSpec, data, where)
+    try:
+        return ModelSpec(**{
+            **asdict(spec),
+            "quantization": _build(Quantization, data["quantization"], f"{where}.quantization"),
+            "data_files": tuple(spec.data_files),
+            "workspace_bytes": {int(k): int(v) for k, v in spec.workspace_bytes.items()},
+        })
+    except (AttributeError, ValueError, TypeError) as exc:
+        raise BundleError(f"The manifest field '{where}' is malformed ({exc}); re-export the bundle.") from None
+
+
+def manifest_from_json(data: Any) -> Manifest:
+    """Validate and type a parsed manifest; raises :class:`BundleError` with one sentence."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise BundleError("This is not an edge-spec manifest (format is not 'edge-spec-bundle'); "
+                          "pass a directory written by 'edge-spec export'.")
+    version = data.get("version")
+    if not isinstance(version, int):
+        raise BundleError("The manifest has no integer 'version'; re-export the bundle.")
+    if version > SCHEMA_VERSION:
+        raise BundleError(f"The bundle uses manifest version {version} but this edge-spec reads up to "
+                          f"version {SCHEMA_VERSION}; upgrade edge-spec (pip install -U edge-spec).")
+    base = _build(Manifest, data, "manifest")
+    tok = _build(TokenizerSpec, data["tokenizer"], "tokenizer")
+    chat = None
+    if tok.chat is not None:
+        c = _build(ChatFormat, tok.chat, "tokenizer.chat")
+        chat = ChatFormat(roles={r: (str(v[0]), str(v[1])) for r, v in c.roles.items()},
+                          generation_prompt=c.generation_prompt, template=c.template)
+    tok = TokenizerSpec(files=tuple(tok.files), vocab_size=tok.vocab_size, bos_token_id=tok.bos_token_id,
+                        stop_token_ids=tuple(tok.stop_token_ids), special_token_ids=tuple(tok.special_token_ids),
+                        chat=chat)
+    return Manifest(
+        target=_model(data["target"], "target"),
+        drafter=None if data.get("drafter") is None else _model(data["drafter"], "drafter"),
+        tokenizer=tok,
+        vocab_trim=None if data.get("vocab_trim") is None else _build(VocabTrim, data["vocab_trim"], "vocab_trim"),
+        sources={k: _build(SourceModel, v, f"sources.{k}") for k, v in (data.get("sources") or {}).items()},
+        created_by=base.created_by, created_at=base.created_at, version=version,
+        notes=dict(base.notes),
+    )
+
+
+def read_manifest(bundle: str | os.PathLike[str]) -> Manifest:
+    """Read ``BUNDLE/edge_spec.json`` and check that every file it names exists."""
+    root = Path(bundle)
+    if not root.exists():
+        raise BundleError(f"Bundle '{root}' does not exist; pass the directory written by 'edge-spec export'.")
+    if not root.is_dir():
+        raise BundleError(f"Bundle '{root}' is a file, not a directory; pass the directory written by "
+                          "'edge-spec export'.")
+    path = root / MANIFEST_NAME
+    if not path.is_file():
+        raise BundleError(f"'{root}' has no {MANIFEST_NAME}, so it is not an edge-spec bundle; "
+                          "create one with 'edge-spec export'.")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BundleError(f"{path} is not valid JSON ({exc.__class__.__name__} at {getattr(exc, 'lineno', '?')}); "
+                          "the bundle is corrupt, re-export it.") from None
+    manifest = manifest_from_json(data)
+    for rel in bundle_files(manifest):
+        if not (root / rel).is_file():
+            raise BundleError(f"The bundle is missing '{rel}' named in its manifest; re-export the bundle.")
+    return manifest
+
+
+def bundle_files(m: Manifest) -> list[str]:
+    """Every file the manifest names, relative to the bundle root."""
+    out = list(m.tokenizer.files)
+    for spec in (m.target, m.drafter):
+        if spec is not None:
+            out.append(spec.graph)
+            out.extend(spec.data_files)
+    if m.vocab_trim is not None:
+        out.append(m.vocab_trim.id_map)
+    return out
+
+
+def write_manifest(bundle: str | os.PathLike[str], manifest: Manifest) -> Path:
+    """Write ``edge_spec.json`` atomically (temp file + rename)."""
+    path = Path(bundle) / MANIFEST_NAME
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest.to_json(), indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,1 @@
+"""The lean runtime: onnxruntime + numpy + tokenizers only. Never import torch, transformers or onnx here."""

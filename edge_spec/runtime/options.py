@@ -1,0 +1,30 @@
+"""ONNX Runtime session options shared by the runtime and by the export-time measurements.
+
+The memory planner relies on numbers measured at export (session load bytes, per-pass
+workspace). Those numbers only hold if the runtime creates its sessions the same way, so
+both sides build options here.
+
+Why these settings:
+* ``enable_cpu_mem_arena = False`` - the CPU arena grows in chunks and never returns
+  memory, so peak RSS would depend on history; without it every pass allocates and frees
+  exactly what it needs, and the measured workspace is what the planner reserves.
+* ``enable_mem_pattern = False`` - memory patterns preallocate one block per input shape
+  seen; with varying k (draft length) they would accumulate.
+"""
+
+from __future__ import annotations
+
+import onnxruntime as ort
+
+
+def session_options(threads: int = 0) -> ort.SessionOptions:
+    """Options for one decoder session; ``threads=0`` lets ORT use all physical cores."""
+    so = ort.SessionOptions()
+    so.enable_cpu_mem_arena = False
+    so.enable_mem_pattern = False
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3
+    return so
