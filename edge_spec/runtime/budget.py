@@ -1,0 +1,183 @@
+"""The memory model (SpecMemo-style): every byte a generation needs, from the manifest -> a plan or a refusal.
+
+Resident bytes of a generation, as we account them:
+
+* process baseline: the Python process with onnxruntime, numpy and the tokenizer loaded
+  (measured by the engine right before it plans);
+* per model: ``load_bytes`` (what creating the ORT session added, measured at export),
+  KV ``kv_bytes_per_token x max_context`` (preallocated, touched at load), logits buffer
+  ``rows x vocab x 4`` (rows = the largest pass: max(prefill chunk, gamma + 1));
+* sampling scratch: probabilities for the target rows and the drafter's gamma rows, twice
+  (numpy temporaries of the same size live briefly during a transform);
+* workspace: the measured peak of one forward pass of k tokens. Passes run one after another,
+  so only the largest of them counts, not their sum;
+* slack: small Python objects and allocator rounding.
+
+Rejected drafts cost nothing extra: the KV buffers hold ``max_context`` positions and drafts
+are written past the cursor and rolled back, so the plan reserves no per-candidate memory.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from edge_spec.bundle import Manifest, ModelSpec
+from edge_spec.errors import BudgetError, EdgeSpecError
+
+MiB = 1 << 20
+PREFILL_CHUNK = 16  # tokens per prefill pass; the export measures workspace for k <= 16
+MAX_DRAFT = 8  # default bound on gamma: int4 verify cost grows with k (GUIDE §3)
+MIN_CONTEXT = 128  # a plan with fewer usable positions is not worth running
+SLACK_BYTES = 6 * MiB
+MODES = ("speculative", "lookup", "ar")
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+
+
+def parse_budget(value: str | int | float | None) -> int | None:
+    """'600MB', '1.5 GiB', 600_000_000 -> bytes; None -> no budget."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise EdgeSpecError(f"memory_budget={value!r} is not a size; pass bytes (600000000) or a string like '600MB'.")
+    if isinstance(value, (int, float)):
+        if value <= 0:
+            raise EdgeSpecError(f"memory_budget={value!r} must be positive; pass bytes or a string like '600MB'.")
+        return int(value)
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", str(value))
+    if not match or match.group(2).lower() not in _UNITS:
+        raise EdgeSpecError(f"memory_budget={value!r} is not a size; write it like '600MB', '600MiB' or '1.5GB'.")
+    size = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if size <= 0:
+        raise EdgeSpecError(f"memory_budget={value!r} must be positive; write it like '600MB'.")
+    return int(size)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the engine will allocate, and why each byte is there."""
+
+    budget_bytes: int | None
+    mode: str  # "speculative" (drafter model), "lookup" (prompt lookup drafts), "ar" (no drafts)
+    max_context: int  # KV positions per model (prompt + generated tokens)
+    draft_length: int  # upper bound on gamma (0 in "ar")
+    prefill_chunk: int
+    target_rows: int  # logits rows of the largest target pass
+    drafter_rows: int
+    items: tuple[tuple[str, int], ...]  # (what, bytes)
+    notes: tuple[str, ...] = field(default=())  # degradations and why
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(b for _, b in self.items)
+
+    def describe(self) -> str:
+        head = {"speculative": "speculative decoding with the drafter model",
+                "lookup": "speculative decoding with prompt-lookup drafts (no drafter model)",
+                "ar": "plain autoregressive decoding"}[self.mode]
+        budget = "no budget" if self.budget_bytes is None else f"budget {self.budget_bytes / MiB:.1f} MiB"
+        lines = [f"Plan: {head}; context {self.max_context} tokens, draft length <= {self.draft_length}; "
+                 f"{self.total_bytes / MiB:.1f} MiB planned, {budget}."]
+        width = max(len(what) for what, _ in self.items)
+        lines += [f"  {what:<{width}}  {b / MiB:9.2f} MiB" for what, b in self.items]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def _model_items(name: str, spec: ModelSpec, ctx: int, rows: int) -> list[tuple[str, int]]:
+    return [
+        (f"{name} weights (session load)", spec.load_bytes),
+        (f"{name} KV cache ({ctx} tokens x {spec.kv_bytes_per_token} B)", ctx * spec.kv_bytes_per_token),
+        (f"{name} logits buffer ({rows} x {spec.vocab_size})", spec.logits_bytes(rows)),
+    ]
+
+
+def _layout(m: Manifest, mode: str, gamma: int, chunk: int,
+            baseline: int) -> tuple[list[tuple[str, int]], int, int, int]:
+    """Fixed items of a plan (everything except KV), bytes of KV per context token, and row counts."""
+    t_rows = max(chunk, gamma + 1)
+    d_rows = max(chunk, 2)
+    items: list[tuple[str, int]] = [("process baseline (python, onnxruntime, tokenizer)", baseline)]
+    items += _model_items("target", m.target, 0, t_rows)
+    per_token = m.target.kv_bytes_per_token
+    scratch = t_rows * m.target.vocab_size * 4
+    work = [m.target.workspace_for(t_rows)]
+    if mode == "speculative":
+        d = m.drafter
+        assert d is not None
+        items += _model_items("drafter", d, 0, d_rows)
+        per_token += d.kv_bytes_per_token
+        scratch += gamma * d.vocab_size * 4 + (m.vocab_trim.kept * 4 if m.vocab_trim else 0)
+        work.append(d.workspace_for(d_rows))
+    items = [(w, b) for w, b in items if "KV cache" not in w]
+    items.append(("sampling scratch (probabilities, x2 for temporaries)", 2 * scratch))
+    items.append(("largest forward-pass workspace (passes run one at a time)", max(work)))
+    items.append(("slack (small Python objects, allocator rounding)", SLACK_BYTES))
+    return items, per_token, t_rows, d_rows
+
+
+def _kv_items(m: Manifest, mode: str, ctx: int) -> list[tuple[str, int]]:
+    out = [(f"target KV cache ({ctx} tokens x {m.target.kv_bytes_per_token} B)", ctx * m.target.kv_bytes_per_token)]
+    if mode == "speculative":
+        d = m.drafter
+        out.append((f"drafter KV cache ({ctx} tokens x {d.kv_bytes_per_token} B)", ctx * d.kv_bytes_per_token))
+    return out
+
+
+def plan_memory(m: Manifest, budget: int | None, baseline: int, *, max_context: int | None = None,
+                draft_length: int | None = None, drafting: str = "auto") -> Plan:
+    """Pick the richest mode, then the largest context and draft length that fit ``budget`` bytes.
+
+    The ladder: drafter model -> prompt-lookup drafts -> plain AR; each step down is noted in the plan.
+    ``drafting`` is "auto", "model", "lookup" or "none" (the richest mode the caller allows).
+    """
+    if drafting not in ("auto", "model", "lookup", "none"):
+        raise EdgeSpecError(f"drafting={drafting!r} is not one of 'auto', 'model', 'lookup', 'none'.")
+    cap = m.target.max_context
+    if m.drafter is not None:
+        cap = min(cap, m.drafter.max_context)
+    if max_context is not None:
+        if max_context < 2:
+            raise EdgeSpecError(f"max_context={max_context} is too small; ask for at least {MIN_CONTEXT} tokens.")
+        cap = min(cap, max_context)
+    gmax = MAX_DRAFT if draft_length is None else draft_length
+    if not 0 <= gmax < PREFILL_CHUNK:
+        raise EdgeSpecError(f"draft_length={draft_length} is out of range; use 1..{PREFILL_CHUNK - 1}.")
+    min_ctx = min(MIN_CONTEXT, cap)
+
+    ladder = []
+    notes: list[str] = []
+    if drafting in ("auto", "model"):
+        if m.drafter is None:
+            notes.append("the bundle has no drafter model, so drafts come from prompt lookup")
+        else:
+            ladder.append("speculative")
+    if drafting != "none":
+        ladder.append("lookup")
+    ladder.append("ar")
+
+    for mode in ladder:
+        gammas = [0] if mode == "ar" else list(range(max(gmax, 1), 0, -1))
+        for gamma in gammas:
+            items, per_token, t_rows, d_rows = _layout(m, mode, gamma, PREFILL_CHUNK, baseline)
+            fixed = sum(b for _, b in items)
+            ctx = cap if budget is None else min(cap, (budget - fixed) // per_token if budget > fixed else 0)
+            if ctx >= min_ctx:
+                return Plan(budget_bytes=budget, mode=mode, max_context=int(ctx), draft_length=gamma,
+                            prefill_chunk=PREFILL_CHUNK, target_rows=t_rows,
+                            drafter_rows=d_rows if mode == "speculative" else 0,
+                            items=tuple(items[:2] + _kv_items(m, mode, int(ctx)) + items[2:]), notes=tuple(notes))
+        if mode == "speculative":
+            notes.append("the drafter model does not fit the budget with a useful context, so drafts come "
+                         "from prompt lookup (no model memory)")
+        elif mode == "lookup":
+            notes.append("prompt-lookup verification buffers do not fit, so decoding is plain autoregressive")
+
+    items, per_token, _, _ = _layout(m, "ar", 0, PREFILL_CHUNK, baseline)
+    need = sum(b for _, b in items) + min_ctx * per_token
+    parts = ", ".join(f"{b / MiB:.1f} MiB {w.split(' (')[0]}" for w, b in
+                      items[:2] + _kv_items(m, "ar", min_ctx) + items[2:] if b)
+    raise BudgetError(f"A memory budget of {budget / MiB:.1f} MiB cannot run this bundle: the smallest plan "
+                      f"(target only, {min_ctx}-token context) needs {need / MiB:.1f} MiB ({parts}); "
+                      f"raise memory_budget to at least {need / MiB:.0f} MiB ({need / 1e6:.0f} MB).")

@@ -1,0 +1,136 @@
+"""Typed user configuration (frozen dataclasses) and the result/stat types the engine returns."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from edge_spec.errors import EdgeSpecError
+from edge_spec.runtime.sampling import SamplingConfig
+
+DEFAULT_CONFIDENCE = 0.3  # Kangaroo: stop drafting when the drafter's top probability falls below this
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_new_tokens: int = 256
+    temperature: float = 0.0  # 0 = greedy
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()  # stop strings (not included in the text)
+    stop_token_ids: tuple[int, ...] | None = None  # None = the bundle's stop tokens; () = none
+    speculative: bool = True
+    draft_length: int | None = None  # None = adaptive (bounded by the plan); int = fixed gamma
+    confidence_threshold: float | None = None  # None = 0.3 when adaptive, off with a fixed draft_length
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        object.__setattr__(self, "stop", tuple(self.stop))
+        if self.stop_token_ids is not None:
+            object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise EdgeSpecError(f"max_new_tokens={self.max_new_tokens!r} must be a positive integer.")
+        if self.draft_length is not None and (not isinstance(self.draft_length, int) or self.draft_length < 0):
+            raise EdgeSpecError(f"draft_length={self.draft_length!r} must be None (adaptive) or an integer >= 0.")
+        if any(not s for s in self.stop):
+            raise EdgeSpecError("stop strings must be non-empty.")
+        _ = self.sampling  # validates temperature / top_k / top_p
+
+    @property
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(float(self.temperature), int(self.top_k), float(self.top_p))
+
+    @property
+    def threshold(self) -> float:
+        if self.confidence_threshold is not None:
+            return self.confidence_threshold
+        return 0.0 if self.draft_length is not None else DEFAULT_CONFIDENCE
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any]) -> GenerationConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise EdgeSpecError(f"Unknown generation option '{unknown[0]}'; valid options: {', '.join(sorted(known))}.")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    memory_budget: int | None = None  # bytes
+    device: str = "cpu"
+    drafter_device: str | None = None  # None = same as device
+    strict: bool = False  # unavailable device -> error instead of CPU fallback
+    max_context: int | None = None
+    draft_length: int | None = None  # upper bound on gamma for the plan
+    drafting: str = "auto"  # "auto" | "model" | "lookup" | "none"
+    threads: int = 0
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    text: str  # newly final text (may be empty while a UTF-8 character or stop string is pending)
+    token_ids: tuple[int, ...]
+    from_drafter: tuple[bool, ...]  # per token: proposed by the drafter and accepted
+    finish_reason: str | None = None  # set on the last event
+
+
+@dataclass
+class Stats:
+    """Counters for one generation, or accumulated over an engine's life."""
+
+    tokens: int = 0  # generated tokens
+    prompt_tokens: int = 0
+    reused_tokens: int = 0  # prompt tokens whose KV was kept from the previous call
+    target_passes: int = 0  # decode-loop target passes (verify steps)
+    drafted: int = 0
+    accepted: int = 0
+    seconds: float = 0.0  # wall time of the generation(s)
+    target_seconds: float = 0.0  # inside ONNX Runtime, target (incl. prefill)
+    drafter_seconds: float = 0.0
+    gamma_hist: Counter = field(default_factory=Counter)  # drafted length per step -> steps
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens committed per target pass (accepted drafts + the target's own token)."""
+        return self.tokens / self.target_passes if self.target_passes else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def overhead_share(self) -> float:
+        """Share of wall time spent outside ONNX Runtime (Python loop, sampling, detokenizing)."""
+        if not self.seconds:
+            return 0.0
+        return max(0.0, 1.0 - (self.target_seconds + self.drafter_seconds) / self.seconds)
+
+    def add(self, other: Stats) -> None:
+        for f in fields(self):
+            if f.name == "gamma_hist":
+                self.gamma_hist.update(other.gamma_hist)
+            else:
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["gamma_hist"] = dict(sorted(self.gamma_hist.items()))
+        for name in ("acceptance_rate", "mean_accepted_length", "tokens_per_second", "overhead_share"):
+            d[name] = getattr(self, name)
+        return d
+
+
+@dataclass(frozen=True)
+class Result:
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: str  # "stop_token", "stop_string", "length", "context_full"
+    stats: Stats

@@ -1,0 +1,107 @@
+"""Drafts without a model (the degradation ladder's middle rung) and the draft-length policy.
+
+* :func:`lookup_draft` — prompt lookup (CopySpec / prompt-lookup decoding): find the latest
+  earlier occurrence of the context's last n-gram and propose what followed it.
+* :class:`DraftPolicy` — how many tokens to draft next: fixed, or chosen online to maximise
+  goodput (SmartSpec-style) from measured drafter/target step costs and acceptance, including
+  gamma = 0 (speculation off) with periodic re-probing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def lookup_draft(tokens: np.ndarray, n: int, max_len: int, ngram_max: int = 3) -> np.ndarray:
+    """Continuation of the most recent earlier match of the last ``k`` tokens (k = ngram_max..1).
+
+    ``tokens[:n]`` is the context. Returns a view of at most ``max_len`` tokens (maybe empty).
+    """
+    if max_len <= 0 or n < 2:
+        return tokens[:0]
+    for k in range(min(ngram_max, n - 1), 0, -1):
+        tail = tokens[n - k:n]
+        hits = tokens[:n - k] == tail[0]  # transient bool array: freed at once, not kept per token
+        for j in range(1, k):
+            hits &= tokens[j:n - k + j] == tail[j]
+        idx = np.flatnonzero(hits)
+        if len(idx):
+            start = int(idx[-1]) + k
+            return tokens[start:min(n, start + max_len)]
+    return tokens[:0]
+
+
+class DraftPolicy:
+    """Chooses gamma for the next step.
+
+    ``fixed`` set: always that gamma (bounded by the plan). Otherwise gamma maximises expected
+    tokens per second, E(g) / (g * t_draft + t_verify(g + 1)) with E(g) = (1 - a^(g+1)) / (1 - a),
+    against 1 / t_verify(1) for plain AR. Costs and acceptance are exponential moving averages
+    of what the loop measures. When AR wins, speculation is switched off, and every
+    ``probe_every`` steps one short speculative step re-measures acceptance and costs.
+    Plain Python floats: this runs once per step and must cost microseconds.
+    """
+
+    def __init__(self, max_gamma: int, fixed: int | None = None, probe_every: int = 16, ema: float = 0.15,
+                 free_drafts: bool = False) -> None:
+        self.max_gamma = max_gamma
+        self.fixed = None if fixed is None else min(fixed, max_gamma)
+        self.probe_every = probe_every
+        self.ema = ema
+        self.free_drafts = free_drafts  # prompt lookup: drafting costs ~nothing
+        self.alpha = 0.6  # optimistic start: speculate first, measure, then decide
+        self.t_draft = 0.0  # seconds per drafter pass
+        self.t_verify: list[float | None] = [None] * (max_gamma + 2)  # seconds of a k-token target pass
+        self.steps_since_probe = 0
+        self.choice = max_gamma if fixed is None else self.fixed
+
+    def next_gamma(self) -> int:
+        return self.choice
+
+    def verify_cost(self, k: int) -> float:
+        """Measured cost of a k-token pass, else extrapolated from the nearest measured one."""
+        t = self.t_verify[k]
+        if t is not None:
+            return t
+        for j in range(len(self.t_verify)):  # nearest measured pass, scaled by GUIDE §3's int4 slope
+            for m in (k - j, k + j):
+                if 0 < m < len(self.t_verify) and self.t_verify[m] is not None:
+                    return self.t_verify[m] * (1 + 0.25 * (k - 1)) / (1 + 0.25 * (m - 1))
+        return 1.0
+
+    def update(self, gamma: int, accepted: int, t_draft: float, t_verify: float, drafter_passes: int = 0) -> None:
+        """Record one step: ``gamma`` drafted, ``accepted`` accepted, seconds spent in each model."""
+        e = self.ema
+        k = gamma + 1
+        if k < len(self.t_verify):
+            old = self.t_verify[k]
+            self.t_verify[k] = t_verify if old is None else (1 - e) * old + e * t_verify
+        if drafter_passes or gamma:
+            passes = max(drafter_passes, gamma)
+            per = t_draft / passes
+            self.t_draft = per if self.t_draft == 0 else (1 - e) * self.t_draft + e * per
+            # acceptance per drafted token; a drafter pass that yielded no confident draft counts as a miss
+            self.alpha = (1 - e) * self.alpha + e * (accepted / max(gamma, 1))
+        if self.fixed is not None:
+            return
+        self.choice = self._best()
+        if self.choice == 0:
+            self.steps_since_probe += 1
+            if self.steps_since_probe >= self.probe_every:
+                self.steps_since_probe = 0
+                self.choice = min(2, self.max_gamma)  # re-probe: acceptance or costs may have changed
+        else:
+            self.steps_since_probe = 0
+
+    def _best(self) -> int:
+        a = min(self.alpha, 0.999)
+        t_draft = 0.0 if self.free_drafts else self.t_draft
+        best, best_rate = 0, 1.0 / max(self.verify_cost(1), 1e-9)
+        expected, power = 1.0, 1.0
+        for g in range(1, self.max_gamma + 1):
+            power *= a
+            expected += power  # E(g) = 1 + a + ... + a^g
+            rate = expected / max(g * t_draft + self.verify_cost(g + 1), 1e-9)
+            if rate > best_rate:
+                best, best_rate = g, rate
+        return best

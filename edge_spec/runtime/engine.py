@@ -1,0 +1,255 @@
+"""The public API: ``Engine.load(bundle, memory_budget=...)`` then ``generate`` / ``stream`` / ``chat``."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from edge_spec.bundle import Manifest, read_manifest
+from edge_spec.errors import BundleError, EdgeSpecError
+from edge_spec.runtime.budget import Plan, parse_budget, plan_memory
+from edge_spec.runtime.config import GenerationConfig, LoadConfig, Result, Stats, StreamEvent
+from edge_spec.runtime.detok import StreamDetokenizer, byte_table
+from edge_spec.runtime.drafting import DraftPolicy
+from edge_spec.runtime.memory import current_rss
+from edge_spec.runtime.providers import resolve_device
+from edge_spec.runtime.session import ModelSession
+from edge_spec.runtime.speculative import Decoder, decode
+
+__all__ = ["Engine", "GenerationConfig", "Result", "StreamEvent", "Stats", "Plan"]
+
+
+class Engine:
+    """A loaded bundle: target (+ drafter) sessions with preallocated KV, a memory plan, a tokenizer."""
+
+    def __init__(self, manifest: Manifest, tokenizer: Tokenizer, plan: Plan, target: Any, drafter: Any | None,
+                 id_map: np.ndarray | None, config: LoadConfig, devices: dict[str, str]) -> None:
+        self.manifest, self.tokenizer, self.plan, self.config, self.devices = manifest, tokenizer, plan, config, devices
+        self.target, self.drafter = target, drafter
+        self._dec = Decoder(target, drafter, lookup=plan.mode == "lookup", id_map=id_map,
+                            max_gamma=plan.draft_length)
+        self._policy = DraftPolicy(plan.draft_length, free_drafts=drafter is None)
+        self.stats = Stats()
+        self.last_stats = Stats()
+        self._owner: object | None = None
+        self._bytes = byte_table(tokenizer)  # token id -> bytes for O(1) streaming detokenization
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def load(cls, bundle: str | os.PathLike[str], memory_budget: str | int | None = None, device: str = "cpu",
+             drafter_device: str | None = None, strict: bool = False, *, max_context: int | None = None,
+             draft_length: int | None = None, drafting: str = "auto", threads: int = 0) -> Engine:
+        """Read the bundle, plan memory for ``memory_budget`` and create the sessions the plan asks for."""
+        config = LoadConfig(parse_budget(memory_budget), device, drafter_device, strict, max_context,
+                            draft_length, drafting, threads)
+        root = Path(bundle)
+        manifest = read_manifest(root)
+        t_dev, t_providers = resolve_device(device, strict, "target")
+        d_dev, d_providers = resolve_device(drafter_device or device, strict, "drafter")
+        try:
+            tokenizer = Tokenizer.from_file(str(root / manifest.tokenizer.files[0]))
+        except Exception as exc:
+            raise BundleError(f"The tokenizer in '{root}' cannot be read ({exc}); re-export the bundle.") from None
+        plan = plan_memory(manifest, config.memory_budget, current_rss(), max_context=max_context,
+                           draft_length=draft_length, drafting=drafting)
+        target = ModelSession(root / manifest.target.graph, manifest.target, providers=t_providers, device=t_dev,
+                              capacity=plan.max_context, max_rows=plan.target_rows, threads=threads)
+        drafter = id_map = None
+        if plan.mode == "speculative":
+            assert manifest.drafter is not None
+            drafter = ModelSession(root / manifest.drafter.graph, manifest.drafter, providers=d_providers,
+                                   device=d_dev, capacity=plan.max_context, max_rows=plan.drafter_rows,
+                                   threads=threads)
+            if manifest.vocab_trim is not None:
+                id_map = _load_id_map(root, manifest)
+            elif manifest.drafter.vocab_size != manifest.target.vocab_size:
+                raise BundleError("The drafter's vocabulary differs from the target's but the manifest has no "
+                                  "vocab_trim id map; re-export the bundle.")
+        devices = {"target": t_dev, "drafter": d_dev if drafter is not None else "none"}
+        return cls(manifest, tokenizer, plan, target, drafter, id_map, config, devices)
+
+    # ------------------------------------------------------------------ public calls
+    def generate(self, prompt: str | Sequence[int], config: GenerationConfig | dict[str, Any] | None = None, *,
+                 max_new_tokens: int | None = None, temperature: float | None = None, top_k: int | None = None,
+                 top_p: float | None = None, seed: int | None = None, stop: Sequence[str] | None = None,
+                 speculative: bool | None = None, draft_length: int | None = None) -> Result:
+        """Generate a completion of ``prompt`` (text, or token ids used as-is)."""
+        cfg = _config(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                      seed=seed, stop=stop, speculative=speculative, draft_length=draft_length)
+        return self._collect(self._run(self._encode(prompt), cfg))
+
+    def stream(self, prompt: str | Sequence[int], config: GenerationConfig | dict[str, Any] | None = None, *,
+               max_new_tokens: int | None = None, temperature: float | None = None, top_k: int | None = None,
+               top_p: float | None = None, seed: int | None = None, stop: Sequence[str] | None = None,
+               speculative: bool | None = None, draft_length: int | None = None) -> Iterator[StreamEvent]:
+        """Like :meth:`generate`, yielding a :class:`StreamEvent` per decode step. Breaking out is safe."""
+        cfg = _config(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                      seed=seed, stop=stop, speculative=speculative, draft_length=draft_length)
+        return self._run(self._encode(prompt), cfg)
+
+    def chat(self, messages: Sequence[dict[str, str]], config: GenerationConfig | dict[str, Any] | None = None, *,
+             stream: bool = False, max_new_tokens: int | None = None, temperature: float | None = None,
+             top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+             stop: Sequence[str] | None = None, speculative: bool | None = None,
+             draft_length: int | None = None) -> Result | Iterator[StreamEvent]:
+        """Render ``messages`` with the bundle's chat format and answer as the assistant.
+
+        KV is reused across turns: only tokens after the longest common prefix with what the
+        engine already holds are prefilled."""
+        cfg = _config(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                      seed=seed, stop=stop, speculative=speculative, draft_length=draft_length)
+        events = self._run(self._encode(self.render_chat(messages)), cfg)
+        return events if stream else self._collect(events)
+
+    def render_chat(self, messages: Sequence[dict[str, str]]) -> str:
+        chat = self.manifest.tokenizer.chat
+        if chat is None:
+            raise EdgeSpecError("This bundle has no chat format; use generate() with a plain prompt.")
+        parts = []
+        for m in messages:
+            role = m.get("role")
+            if role not in chat.roles:
+                raise EdgeSpecError(f"Unknown chat role {role!r}; this bundle knows {', '.join(chat.roles)}.")
+            prefix, suffix = chat.roles[role]
+            parts.append(prefix + str(m.get("content", "")) + suffix)
+        return "".join(parts) + chat.generation_prompt
+
+    def reset(self) -> None:
+        """Forget the conversation (KV cursors to 0). Learned step costs are kept."""
+        self._owner = None
+        self._dec.n = 0
+        self._dec.sync_kv(0)
+
+    @property
+    def context(self) -> list[int]:
+        """The committed tokens (prompt + output) the KV caches hold."""
+        return [int(t) for t in self._dec.tok[:self._dec.n]]
+
+    # ------------------------------------------------------------------ internals
+    def _encode(self, prompt: str | Sequence[int]) -> np.ndarray:
+        if isinstance(prompt, str):
+            ids = self.tokenizer.encode(prompt).ids
+        else:
+            ids = [int(t) for t in prompt]
+        if not ids:
+            raise EdgeSpecError("The prompt is empty; pass some text.")
+        if len(ids) > self._dec.capacity:
+            raise EdgeSpecError(f"The prompt is {len(ids)} tokens but the plan's context holds "
+                                f"{self._dec.capacity}; shorten it or raise memory_budget / max_context.")
+        vocab = self.manifest.target.vocab_size
+        if min(ids) < 0 or max(ids) >= vocab:
+            raise EdgeSpecError(f"Prompt token ids must lie in [0, {vocab}).")
+        return np.asarray(ids, dtype=np.int64)
+
+    def _run(self, ids: np.ndarray, cfg: GenerationConfig) -> Iterator[StreamEvent]:
+        owner = object()
+        self._owner = owner
+        dec, t, d = self._dec, self.target, self.drafter
+        st = Stats(prompt_tokens=len(ids))
+        t_run0, d_run0 = t.run_seconds, (d.run_seconds if d is not None else 0.0)
+        start = time.perf_counter()
+        st.reused_tokens = dec.set_context(ids)
+        stop_ids = frozenset(self.manifest.tokenizer.stop_token_ids if cfg.stop_token_ids is None
+                             else cfg.stop_token_ids)
+        speculate = cfg.speculative and self.plan.mode != "ar" and cfg.draft_length != 0
+        policy = None
+        if speculate:
+            policy = self._policy if cfg.draft_length is None else \
+                DraftPolicy(self.plan.draft_length, fixed=cfg.draft_length, free_drafts=d is None)
+        rng = np.random.default_rng(cfg.seed)
+        detok = StreamDetokenizer(self.tokenizer, table=self._bytes)
+        hold = max((len(s) for s in cfg.stop), default=1) - 1  # chars that might start a stop string
+        emitted = 0
+        finish = "length"
+        try:
+            for step in decode(dec, cfg.sampling, policy, rng, cfg.max_new_tokens, stop_ids, cfg.threshold):
+                if self._owner is not owner:
+                    raise EdgeSpecError("This stream was superseded by a newer call on the same engine; "
+                                        "finish or close a stream before starting another.")
+                st.tokens += len(step.tokens)
+                st.target_passes += 1 if step.tokens else 0
+                st.drafted += step.gamma
+                st.accepted += step.accepted
+                st.gamma_hist[step.gamma] += 1
+                detok.push(step.tokens)
+                text = detok.text
+                cut = _find_stop(text, cfg.stop, max(0, emitted - hold))
+                finish = step.finish or finish
+                if cut is not None:
+                    finish = "stop_string"
+                    yield StreamEvent(text[emitted:cut], tuple(step.tokens), tuple(step.from_drafter), finish)
+                    return
+                if step.finish:
+                    detok.flush()
+                    text = detok.text
+                    cut = _find_stop(text, cfg.stop, max(0, emitted - hold))
+                    end = len(text) if cut is None else cut
+                    finish = "stop_string" if cut is not None else step.finish
+                    yield StreamEvent(text[emitted:end], tuple(step.tokens), tuple(step.from_drafter), finish)
+                    return
+                safe = max(emitted, len(text) - hold)
+                yield StreamEvent(text[emitted:safe], tuple(step.tokens), tuple(step.from_drafter))
+                emitted = safe
+        finally:
+            dec.sync_kv()
+            st.seconds = time.perf_counter() - start
+            st.target_seconds = t.run_seconds - t_run0
+            st.drafter_seconds = (d.run_seconds - d_run0) if d is not None else 0.0
+            self.last_stats = st
+            self.stats.add(st)
+            if self._owner is owner:
+                self._owner = None
+
+    def _collect(self, events: Iterator[StreamEvent]) -> Result:
+        texts, ids, finish = [], [], "length"
+        for ev in events:
+            texts.append(ev.text)
+            ids.extend(ev.token_ids)
+            finish = ev.finish_reason or finish
+        return Result("".join(texts), tuple(ids), finish, self.last_stats)  # set when the generator finished
+
+    def describe(self) -> str:
+        return self.plan.describe() + f"\n  devices: target={self.devices['target']}, drafter={self.devices['drafter']}"
+
+
+def _find_stop(text: str, stops: Sequence[str], start: int) -> int | None:
+    best = None
+    for s in stops:
+        i = text.find(s, start)
+        if i >= 0 and (best is None or i < best):
+            best = i
+    return best
+
+
+def _config(config: GenerationConfig | dict[str, Any] | None, **overrides: Any) -> GenerationConfig:
+    if config is None:
+        base: dict[str, Any] = {}
+    elif isinstance(config, GenerationConfig):
+        base = {f: getattr(config, f) for f in config.__dataclass_fields__}
+    elif isinstance(config, dict):
+        GenerationConfig.from_mapping(config)  # rejects unknown keys with a clear sentence
+        base = dict(config)
+    else:
+        raise EdgeSpecError(f"config must be a GenerationConfig or a dict, not {type(config).__name__}.")
+    base.update({k: v for k, v in overrides.items() if v is not None})
+    return GenerationConfig.from_mapping(base)
+
+
+def _load_id_map(root: Path, m: Manifest) -> np.ndarray:
+    path = root / m.vocab_trim.id_map
+    try:
+        id_map = np.load(path, allow_pickle=False)
+    except Exception as exc:
+        raise BundleError(f"The drafter id map '{path}' cannot be read ({exc}); re-export the bundle.") from None
+    if id_map.ndim != 1 or id_map.dtype.kind not in "iu" or len(id_map) != m.drafter.vocab_size:
+        raise BundleError(f"The drafter id map '{path}' should be an int array of {m.drafter.vocab_size} target "
+                          f"ids but is {id_map.dtype}{list(id_map.shape)}; re-export the bundle.")
+    if id_map.min() < 0 or id_map.max() >= m.target.vocab_size:
+        raise BundleError(f"The drafter id map '{path}' has ids outside the target vocabulary; re-export the bundle.")
+    return id_map.astype(np.int64)

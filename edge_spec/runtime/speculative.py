@@ -1,0 +1,188 @@
+"""The draft-verify loop.
+
+State: the committed tokens ``ctx.tok[:ctx.n]`` (prompt + accepted output) and two models that
+take tokens and return logits (:class:`edge_spec.runtime.session.ModelSession`, or a scripted
+fake in tests). Invariant between steps, kept by :meth:`Decoder.sync_kv`: each model's KV holds
+a prefix of the committed tokens and never the last one, which is fed at the next step.
+Whatever a model has not seen yet ("pending") is fed first, in one pass with the new work:
+the prompt on the first step, one token normally, two after an all-accepted step (below).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from edge_spec.runtime.drafting import DraftPolicy, lookup_draft
+from edge_spec.runtime.sampling import SamplingConfig, probs, sample, verify, verify_greedy
+
+
+class Model(Protocol):
+    """The backend seam: a model that takes tokens and returns logits."""
+
+    max_rows: int  # most tokens one forward may take
+    capacity: int  # KV positions
+    length: int  # KV positions filled (the cursor)
+    vocab_size: int  # width of the logits
+
+    def forward(self, tokens: np.ndarray) -> np.ndarray: ...  # [k] -> [k, vocab], advances length by k
+    def rewind_to(self, n: int) -> None: ...
+
+
+@dataclass
+class Step:
+    tokens: list[int]  # newly committed target ids
+    from_drafter: list[bool]
+    gamma: int
+    accepted: int
+    finish: str | None  # None, "stop_token", "length", "context_full"
+
+
+class Decoder:
+    def __init__(self, target: Model, drafter: Model | None, *, lookup: bool = False,
+                 id_map: np.ndarray | None = None, max_gamma: int = 0) -> None:
+        self.target, self.drafter, self.lookup = target, drafter, lookup
+        self.id_map = id_map  # [K] drafter id -> target id, or None
+        self.capacity = target.capacity if drafter is None else min(target.capacity, drafter.capacity)
+        self.tok = np.zeros(self.capacity + 1, dtype=np.int64)  # [capacity + 1] committed tokens
+        self.n = 0
+        self.max_gamma = max_gamma
+        dv = 1 if drafter is None else drafter.vocab_size
+        self.q = np.zeros((max(max_gamma, 1), dv))  # [max_gamma, drafter vocab] q rows of one step
+        self.p = np.zeros((max_gamma + 1, target.vocab_size))  # [max_gamma + 1, target vocab] p rows
+        self.draft_ids = np.zeros(max(max_gamma, 1), dtype=np.int64)  # [max_gamma] drafter-space ids
+        self.drafts = np.zeros(max(max_gamma, 1), dtype=np.int64)  # [max_gamma] target-space ids
+        self.t_draft = self.t_verify = 0.0
+        self.drafter_passes = 0  # passes of the last draft() (counts a pass that produced no confident draft)
+
+    # -- committed context -------------------------------------------------------------
+    def set_context(self, ids: np.ndarray) -> int:
+        """Make ``ids`` the committed tokens, keeping KV for the longest common prefix. Returns its length."""
+        m = min(self.n, len(ids))
+        diff = np.flatnonzero(self.tok[:m] != ids[:m])
+        common = int(diff[0]) if len(diff) else m
+        self.tok[:len(ids)] = ids
+        self.n = len(ids)
+        self.sync_kv(common)
+        return common
+
+    def sync_kv(self, limit: int | None = None) -> None:
+        """THE rewind, for both models: keep KV only for committed tokens (and never the last one).
+
+        Called after every step (drops rejected drafts), from ``finally`` when a stream is
+        interrupted, and when the context is replaced (chat turns, reset)."""
+        keep = max(self.n - 1, 0) if limit is None else min(limit, max(self.n - 1, 0))
+        for model in (self.target, self.drafter):
+            if model is not None and model.length > keep:
+                model.rewind_to(keep)
+
+    def _feed(self, model: Model, extra: np.ndarray) -> np.ndarray:
+        """Feed the model's pending committed tokens, then ``extra``; logits of the last len(extra)+1 positions."""
+        room = model.max_rows - len(extra)
+        while self.n - model.length > room:  # long prompt: prefill in chunks, logits unused
+            model.forward(self.tok[model.length:min(self.n - 1, model.length + model.max_rows)])
+        pending = self.tok[model.length:self.n]
+        if len(extra):
+            pending = np.concatenate((pending, extra))  # <= max_rows ints
+        return model.forward(pending)[-(len(extra) + 1):]
+
+    # -- one step ------------------------------------------------------------------------
+    def draft(self, gamma: int, cfg: SamplingConfig, rng: np.random.Generator, threshold: float) -> int:
+        """Fill ``self.drafts[:g]`` (and q rows); returns g <= gamma."""
+        self.t_draft = 0.0
+        self.drafter_passes = 0
+        if gamma == 0:
+            return 0
+        if self.drafter is None:
+            got = lookup_draft(self.tok, self.n, gamma)
+            self.drafts[:len(got)] = got
+            return len(got)
+        t0 = time.perf_counter()
+        d = self.drafter
+        # Catch-up lives here: after a step where every draft was accepted, the drafter never saw
+        # the last draft (it is sampled, not fed), so two committed tokens are pending
+        # [last draft, bonus] and _feed sends both in this one pass instead of an extra step.
+        logits = self._feed(d, self.tok[:0])[0]
+        g = 0
+        self.drafter_passes = 1
+        while True:
+            if cfg.greedy:
+                j = int(logits.argmax())
+                if threshold > 0:
+                    top = 1.0 / float(np.exp(logits - logits[j]).sum())
+                    if top < threshold:
+                        break
+            else:
+                q = probs(logits[None], cfg, out=self.q[g:g + 1])[0]
+                if threshold > 0 and q.max() < threshold:
+                    break
+                j = sample(q, rng)
+            self.draft_ids[g] = j
+            self.drafts[g] = self.id_map[j] if self.id_map is not None else j
+            g += 1
+            if g == gamma:
+                break  # the last draft is not fed: the drafter stays one behind if all are accepted
+            logits = d.forward(self.drafts[g - 1:g])[0]  # the drafter embeds full-vocab (target) ids
+            self.drafter_passes += 1
+        self.t_draft = time.perf_counter() - t0
+        return g
+
+    def verify(self, g: int, cfg: SamplingConfig, rng: np.random.Generator) -> tuple[int, int]:
+        """One target pass over pending + drafts; returns (accepted, next token)."""
+        t0 = time.perf_counter()
+        logits = self._feed(self.target, self.drafts[:g])  # [g + 1, V]
+        if cfg.greedy:
+            out = verify_greedy(logits, self.drafts[:g])
+        else:
+            p = probs(logits, cfg, out=self.p[:g + 1])
+            if self.drafter is None:
+                out = verify(p, None, self.drafts[:g], rng)
+            else:
+                out = verify(p, self.q[:g], self.drafts[:g], rng, self.id_map, self.draft_ids[:g])
+        self.t_verify = time.perf_counter() - t0
+        return out
+
+    def accept(self, g: int, accepted: int, nxt: int, stop_ids: frozenset[int], budget: int) -> Step:
+        """Commit accepted drafts + next token, cut at a stop token or the token budget, rewind KV."""
+        new = [int(x) for x in self.drafts[:accepted]] + [nxt]
+        flags = [True] * accepted + [False]
+        finish = None
+        for i, t in enumerate(new):
+            if t in stop_ids:
+                new, flags, finish = new[:i + 1], flags[:i + 1], "stop_token"
+                break
+        if len(new) >= budget:
+            new, flags = new[:budget], flags[:budget]
+            finish = finish or "length"
+        self.tok[self.n:self.n + len(new)] = new
+        self.n += len(new)
+        self.sync_kv()
+        return Step(new, flags, g, min(accepted, len(new)), finish)
+
+
+def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, rng: np.random.Generator,
+           max_new_tokens: int, stop_ids: frozenset[int], threshold: float = 0.0) -> Iterator[Step]:
+    """Generate up to ``max_new_tokens`` after the committed context, one step per yield."""
+    made = 0
+    try:
+        while made < max_new_tokens:
+            room = dec.capacity - dec.n  # positions left for this step's drafts
+            if room < 0:
+                yield Step([], [], 0, 0, "context_full")
+                return
+            gamma = 0 if policy is None else min(policy.next_gamma(), room, max_new_tokens - made - 1)
+            g = dec.draft(gamma, cfg, rng, threshold)
+            accepted, nxt = dec.verify(g, cfg, rng)
+            step = dec.accept(g, accepted, nxt, stop_ids, max_new_tokens - made)
+            if policy is not None:
+                policy.update(g, accepted, dec.t_draft, dec.t_verify, dec.drafter_passes)
+            made += len(step.tokens)
+            yield step
+            if step.finish:
+                return
+    finally:
+        dec.sync_kv()  # an interrupted step leaves no uncommitted rows behind
