@@ -1,0 +1,59 @@
+"""``edge-spec export``: a Hugging Face target + drafter -> an edge-spec bundle."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from edge_spec.errors import ExportError
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "export", help="export a target/drafter pair to an edge-spec bundle",
+        description="Build ONNX graphs (ORT GenAI model builder), trim the drafter vocabulary, measure memory, "
+                    "and write a bundle with its manifest.")
+    p.add_argument("--target", required=True, metavar="DIR_OR_HF_ID", help="target checkpoint")
+    p.add_argument("--drafter", required=True, metavar="DIR_OR_HF_ID", help="drafter checkpoint (same tokenizer)")
+    p.add_argument("--out", required=True, metavar="BUNDLE_DIR", help="bundle directory to create")
+    p.add_argument("--quant", metavar="PREC[:LEVEL]",
+                   help="precision for both models: int4|int8|fp16|fp32, optional int4/int8 accuracy level "
+                        "(e.g. int4:1); default target int4:1, drafter int4:4")
+    p.add_argument("--target-quant", metavar="PREC[:LEVEL]", help="target precision (overrides --quant)")
+    p.add_argument("--drafter-quant", metavar="PREC[:LEVEL]", help="drafter precision (overrides --quant)")
+    p.add_argument("--trim-vocab", default="auto", metavar="K|auto|off",
+                   help="keep K drafter LM-head rows; auto = smallest K covering 99%% of target tokens (default)")
+    p.add_argument("--calibration", type=Path, metavar="FILE",
+                   help="calibration prompts, one per line ('chat:' prefix = user turn); default: built-in set")
+    p.add_argument("--max-context", type=int, metavar="N",
+                   help="tokens the KV buffers may hold (default: the target's positions, at most 4096)")
+    p.add_argument("--execution-provider", default="cpu", choices=("cpu", "cuda", "dml", "webgpu"))
+    p.add_argument("--trust-remote-code", action="store_true", help="allow checkpoints that need hub code")
+    p.add_argument("--force", action="store_true", help="replace an existing output directory")
+    p.set_defaults(run=run)
+
+
+def _trim(value: str) -> int | str | None:
+    if value == "off":
+        return None
+    if value == "auto":
+        return "auto"
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    raise ExportError(f"--trim-vocab '{value}' is not valid; use a positive integer K, 'auto' or 'off'.")
+
+
+def run(args: argparse.Namespace) -> int:
+    from edge_spec.export.pipeline import DEFAULT_QUANT, ExportOptions, Quant, export_bundle
+
+    quants = {role: Quant.parse(getattr(args, f"{role}_quant") or args.quant or DEFAULT_QUANT[role], role)
+              for role in ("target", "drafter")}
+    opts = ExportOptions(target_quant=quants["target"], drafter_quant=quants["drafter"],
+                         trim_vocab=_trim(args.trim_vocab), calibration=args.calibration,
+                         max_context=args.max_context, execution_provider=args.execution_provider,
+                         force=args.force, trust_remote_code=args.trust_remote_code)
+    m = export_bundle(args.target, args.drafter, args.out, opts)
+    trim = f", drafter vocab {m.vocab_trim.kept}/{m.vocab_trim.full}" if m.vocab_trim else ""
+    print(f"Wrote bundle {args.out} (target {m.target.quantization.precision}, drafter "
+          f"{m.drafter.quantization.precision}{trim}) in {m.notes.get('export_seconds')}s.")
+    return 0

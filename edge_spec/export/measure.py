@@ -1,0 +1,202 @@
+"""Measurements taken at export: session load bytes, per-pass workspace, step time, verify drift.
+
+All sessions are created with :func:`edge_spec.runtime.options.session_options`, so the numbers
+hold for the runtime. Memory is measured in a fresh subprocess (``python -m
+edge_spec.export.measure memory GRAPH MAX_CTX``) because RSS in the exporting process is
+polluted by torch and the builder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from edge_spec.runtime.options import session_options
+
+_NP_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+MAX_WORKSPACE_K = 16
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+class Decoder:
+    """A builder graph with one preallocated KV buffer per layer, bound as both past and present.
+
+    This is how the runtime drives the graph (GUIDE §3): GroupQueryAttention writes the new
+    positions in place and reads the valid length from ``attention_mask``."""
+
+    def __init__(self, graph: str | os.PathLike[str], max_context: int, head_size: int, threads: int = 0) -> None:
+        self.session = ort.InferenceSession(str(graph), session_options(threads), providers=["CPUExecutionProvider"])
+        inputs = {i.name: i for i in self.session.get_inputs()}
+        self.past_names = sorted((n for n in inputs if n.startswith("past_key_values.")),
+                                 key=lambda n: (int(n.split(".")[1]), n))
+        first = inputs[self.past_names[0]]
+        kv_heads, head = int(first.shape[1]), head_size  # the builder leaves the head dim symbolic
+        self.dtype = _NP_DTYPES[first.type]
+        self.max_context = max_context
+        self.vocab = int(self.session.get_outputs()[0].shape[-1])
+        self.io = self.session.io_binding()
+        self.kv = {}
+        for name in self.past_names:
+            buf = np.zeros((1, kv_heads, max_context, head), dtype=self.dtype)  # [1, kv_heads, max_ctx, head]
+            value = ort.OrtValue.ortvalue_from_numpy(buf)
+            self.kv[name] = (buf, value)
+            self.io.bind_ortvalue_input(name, value)
+            self.io.bind_ortvalue_output(name.replace("past_key_values.", "present."), value)
+
+    def forward(self, tokens: list[int] | np.ndarray, past_len: int) -> np.ndarray:
+        """Run ``len(tokens)`` new positions after ``past_len`` cached ones; returns logits [k, vocab]."""
+        ids = np.asarray(tokens, dtype=np.int64).reshape(1, -1)
+        mask = np.ones((1, past_len + ids.shape[1]), dtype=np.int64)
+        self.io.bind_cpu_input("input_ids", ids)
+        self.io.bind_cpu_input("attention_mask", mask)
+        logits = np.empty((1, ids.shape[1], self.vocab), dtype=self.dtype)  # [1, k, vocab]; budgeted apart
+        self.io.bind_output("logits", "cpu", 0, self.dtype, list(logits.shape), logits.ctypes.data)
+        self.session.run_with_iobinding(self.io)
+        return logits[0].astype(np.float32)
+
+
+def _reset_peak() -> bool:
+    """Reset the kernel's peak-RSS mark (Linux >= 4.0: write 5 to clear_refs)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return _peak_rss_bytes()
+
+
+def memory_profile(graph: str, max_context: int, head_size: int, max_k: int = MAX_WORKSPACE_K) -> dict[str, object]:
+    """Run in a fresh process: RSS added by session creation, and peak RSS of k-token passes.
+
+    load_bytes = RSS after creating the session and running one warm-up token (weight
+    prepacking happens lazily) minus RSS before, minus the KV buffers (which the runtime
+    budgets separately). workspace_bytes[k] = peak RSS during one k-token pass minus RSS
+    just before it, with the peak mark reset before each pass; k grows 1..max_k and each
+    value is made monotone (a k-token pass never needs less than a shorter one)."""
+    base = _rss_bytes()
+    dec = Decoder(graph, max_context, head_size, threads=1)
+    kv_bytes = 0
+    for buf, _ in dec.kv.values():
+        buf.fill(0)  # touch the pages so the KV buffers are resident, as in the runtime
+        kv_bytes += buf.nbytes
+    dec.forward([1], 0)
+    load = _rss_bytes() - base - kv_bytes
+    can_reset = _reset_peak()
+    workspace: dict[int, int] = {}
+    for k in range(1, max_k + 1):
+        tokens = [(7 * i + 3) % 100 + 5 for i in range(k)]
+        dec.forward(tokens, 1)  # warm this shape once (kernel caches), then measure
+        before = _rss_bytes()
+        if can_reset:
+            _reset_peak()
+        dec.forward(tokens, 1)
+        peak = _peak_bytes() if can_reset else _peak_rss_bytes()
+        workspace[k] = max(0, peak - before, workspace.get(k - 1, 0))
+    return {"load_bytes": int(max(load, 0)), "workspace_bytes": workspace, "peak_reset": can_reset}
+
+
+def measure_memory(graph: Path, max_context: int, head_size: int,
+                   max_k: int = MAX_WORKSPACE_K) -> dict[str, object]:
+    """:func:`memory_profile` in a fresh subprocess (the exporting process is full of torch)."""
+    cmd = [sys.executable, "-m", "edge_spec.export.measure", "memory", str(graph), str(max_context), str(head_size),
+           str(max_k)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"memory measurement failed: {tail}")
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    data["workspace_bytes"] = {int(k): int(v) for k, v in data["workspace_bytes"].items()}
+    return data
+
+
+def verify_profile(graph: str, head_size: int, max_context: int = 256, ks: tuple[int, ...] = (1, 2, 4, 8),
+                   prefix: int = 32, repeats: int = 30, threads: int = 0) -> dict[str, object]:
+    """Step time of a k-token pass, and max |logit diff| between one k-token pass and k 1-token steps."""
+    dec = Decoder(graph, max_context, head_size, threads=threads)
+    rng = np.random.default_rng(0)
+    vocab = dec.vocab
+    prompt = rng.integers(5, min(vocab, 8000), size=prefix).tolist()
+    dec.forward(prompt, 0)
+    times, diffs, scale = {}, {}, 0.0
+    for k in ks:
+        new = rng.integers(5, min(vocab, 8000), size=k).tolist()
+        for _ in range(3):
+            dec.forward(new, prefix)
+        samples = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            dec.forward(new, prefix)
+            samples.append(time.perf_counter() - t)
+        times[k] = round(float(np.min(samples) * 1e3), 3)  # min: this machine shares its cores
+        multi = dec.forward(new, prefix)
+        single = np.stack([dec.forward([tok], prefix + i)[0] for i, tok in enumerate(new)])
+        diffs[k] = float(np.abs(multi - single).max())
+        scale = max(scale, float(np.abs(single).max())) if k > 1 else float(np.abs(single).max())
+    return {"step_ms": times, "max_abs_logit_diff": diffs, "max_abs_logit": scale}
+
+
+SWEEP = (("fp32", None), ("int8", 1), ("int8", 4), ("int4", 1), ("int4", 2), ("int4", 4))
+
+
+def sweep(checkpoints: list[str], work: Path, threads: int = 1) -> list[dict[str, object]]:
+    """Build each checkpoint at each (precision, accuracy_level) of SWEEP and profile it (docs/export.md)."""
+    from edge_spec.export.build import BuildOptions, build_graph, resolve_checkpoint
+
+    rows = []
+    for name in checkpoints:
+        ckpt = resolve_checkpoint(name, "model")
+        head = ckpt.config.get("head_dim") or ckpt.config["hidden_size"] // ckpt.config["num_attention_heads"]
+        for precision, level in SWEEP:
+            out = work / f"{Path(name).name}-{precision}-{level}"
+            graph = build_graph(ckpt, out, BuildOptions(precision, level), work / "cache")
+            prof = verify_profile(str(graph), head, threads=threads)
+            size = sum(f.stat().st_size for f in out.glob("model.onnx*"))
+            rows.append({"model": name, "precision": precision, "accuracy_level": level, "bytes": size, **prof})
+            print(json.dumps(rows[-1]), file=sys.stderr)
+    return rows
+
+
+def _main(argv: list[str]) -> int:
+    if argv[0] == "sweep":
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            print(json.dumps(sweep(argv[1:], Path(tmp)), indent=1))
+        return 0
+    if argv[0] == "memory":
+        out = memory_profile(argv[1], int(argv[2]), int(argv[3]), int(argv[4]) if len(argv) > 4 else MAX_WORKSPACE_K)
+    elif argv[0] == "verify":
+        out = verify_profile(argv[1], int(argv[2]), threads=int(argv[3]) if len(argv) > 3 else 0)
+    else:
+        raise SystemExit("usage: python -m edge_spec.export.measure "
+                         "memory GRAPH MAX_CTX HEAD [MAX_K] | verify GRAPH HEAD | sweep CKPT...")
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1:]))

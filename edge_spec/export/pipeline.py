@@ -1,0 +1,308 @@
+"""``export_bundle``: target + drafter checkpoints -> a complete, measured edge-spec bundle.
+
+Stages: check, build (+quantize), calibrate, trim, measure, write. Everything is written
+into a temp dir next to the destination and renamed into place at the end; any failure,
+Ctrl-C included, removes the temp dir, so a bundle on disk is always complete.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from edge_spec import __version__
+from edge_spec.bundle import (
+    Manifest,
+    ModelSpec,
+    Quantization,
+    SourceModel,
+    TokenizerSpec,
+    VocabTrim,
+    write_manifest,
+)
+from edge_spec.errors import EdgeSpecError, ExportError
+from edge_spec.export import build, calibrate, measure, tokenizer_check, vocab_trim
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
+DEFAULT_MAX_CONTEXT_CAP = 4096  # default max_context = min(checkpoint's positions, this)
+
+
+@dataclass(frozen=True)
+class Quant:
+    """Weight precision and, for int4/int8, the MatMulNBits accuracy_level (see docs/export.md)."""
+
+    precision: str
+    accuracy_level: int | None = None
+
+    @classmethod
+    def parse(cls, text: str, role: str) -> Quant:
+        """'int4', 'int4:1' (precision:accuracy_level), 'fp32', ..."""
+        prec, _, level = text.partition(":")
+        if prec not in ("int4", "int8", "fp16", "fp32"):
+            raise ExportError(f"Unknown {role} quantization '{text}'; use int4, int8, fp16 or fp32, optionally "
+                              "with ':ACCURACY_LEVEL' such as int4:4.")
+        if not level:
+            return cls(prec, DEFAULT_ACCURACY[role] if prec in ("int4", "int8") else None)
+        if prec not in ("int4", "int8") or level not in ("0", "1", "2", "3", "4"):
+            raise ExportError(f"Bad {role} quantization '{text}': an accuracy level (0-4) applies only to int4 "
+                              "and int8, e.g. int4:1.")
+        return cls(prec, int(level))
+
+
+# Why these defaults: docs/export.md. The target's k-token verify pass must agree with its
+# 1-token steps (exact greedy equality), which int8 activations (level 4) break at near-ties;
+# the drafter only proposes, so it takes the fastest kernels.
+DEFAULT_ACCURACY = {"target": 1, "drafter": 4}
+DEFAULT_QUANT = {"target": "int4", "drafter": "int4"}
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    target_quant: Quant = field(default_factory=lambda: Quant("int4", DEFAULT_ACCURACY["target"]))
+    drafter_quant: Quant = field(default_factory=lambda: Quant("int4", DEFAULT_ACCURACY["drafter"]))
+    trim_vocab: int | str | None = "auto"  # K, "auto", or None (off)
+    trim_share: float = vocab_trim.DEFAULT_SHARE
+    calibration: Path | None = None  # prompts file; None = calibrate.DEFAULT_PROMPTS
+    max_context: int | None = None
+    execution_provider: str = "cpu"
+    block_size: int = 32
+    force: bool = False
+    trust_remote_code: bool = False
+    measure_memory: bool = True
+
+
+Progress = Callable[[str], None]
+
+
+def _stderr(msg: str) -> None:
+    print(f"edge-spec export: {msg}", file=sys.stderr, flush=True)
+
+
+def checkpoint_sha256(path: Path) -> str:
+    """sha256 over config, generation config and weight files (name + bytes, sorted by name)."""
+    h = hashlib.sha256()
+    names = sorted(p.name for p in path.iterdir() if p.is_file() and (
+        p.suffix in (".safetensors", ".bin") or p.name in ("config.json", "generation_config.json")
+        or p.name.endswith(".index.json")))
+    for name in names:
+        h.update(name.encode())
+        with open(path / name, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def _prepare_destination(out: Path, force: bool) -> Path:
+    if out.exists() and not force:
+        raise ExportError(f"The output '{out}' already exists; pass --force to replace it or choose another --out.")
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"The output '{out}' is a file; choose a directory path for --out.")
+    parent = out.parent if str(out.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
+        mask = os.umask(0)
+        os.umask(mask)
+        tmp.chmod(0o777 & ~mask)  # mkdtemp makes it 0700; the bundle should get normal permissions
+        return tmp
+    except OSError as exc:
+        raise ExportError(f"Cannot write to the output directory '{parent}' ({exc.strerror}); choose a writable "
+                          "--out location.") from None
+
+
+def _finish(tmp: Path, out: Path) -> None:
+    old = None
+    if out.exists():  # --force: move the old bundle aside, put the new one in, then delete the old
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def export_bundle(target: str, drafter: str, out: str | os.PathLike[str], options: ExportOptions | None = None,
+                  progress: Progress | None = _stderr) -> Manifest:
+    """Export ``target`` and ``drafter`` (local checkpoint dirs or hub ids) into the bundle ``out``."""
+    opts = options or ExportOptions()
+    say = progress or (lambda _msg: None)
+    out = Path(out)
+    for role, q in (("target", opts.target_quant), ("drafter", opts.drafter_quant)):
+        build.check_precision(q.precision, opts.execution_provider, role)
+    t_ckpt = build.resolve_checkpoint(target, "target", opts.trust_remote_code)
+    d_ckpt = build.resolve_checkpoint(drafter, "drafter", opts.trust_remote_code)
+    tokenizer_check.check_same_tokenizer(t_ckpt.path, d_ckpt.path)
+    prompts = calibrate.read_prompts(opts.calibration) if opts.calibration else list(calibrate.DEFAULT_PROMPTS)
+    tmp = _prepare_destination(out, opts.force)
+    try:
+        manifest = _export_into(tmp, t_ckpt, d_ckpt, opts, prompts, say)
+        _finish(tmp, out)
+        return manifest
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if exc.errno == errno.ENOSPC:
+            raise ExportError(f"The disk holding '{out.parent}' is full; free some space or choose another --out.") \
+                from None
+        raise ExportError(f"Writing the bundle failed ({exc.strerror or exc}: {exc.filename or out}); check that "
+                          "the output location is writable and has space.") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _timed(say: Progress, stage: str, what: str):
+    class _T:
+        def __enter__(self):
+            self.t = time.perf_counter()
+            say(f"[{stage}] {what} ...")
+            return self
+
+        def __exit__(self, *exc):
+            if exc[0] is None:
+                say(f"[{stage}] {what} done in {time.perf_counter() - self.t:.1f}s")
+
+    return _T()
+
+
+def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint, opts: ExportOptions,
+                 prompts: list[str], say: Progress) -> Manifest:
+    started = time.perf_counter()
+    t_cfg = t_ckpt.config
+    positions = int(t_cfg.get("max_position_embeddings") or DEFAULT_MAX_CONTEXT_CAP)
+    max_ctx = opts.max_context or min(positions, DEFAULT_MAX_CONTEXT_CAP)
+    if max_ctx < 16 or max_ctx > positions:
+        raise ExportError(f"--max-context {max_ctx} is outside 16..{positions} (the target's "
+                          "max_position_embeddings); pass a value in that range.")
+    cache = tmp / ".cache"
+    graphs = {}
+    for role, ckpt, q in (("target", t_ckpt, opts.target_quant), ("drafter", d_ckpt, opts.drafter_quant)):
+        level = f", accuracy_level {q.accuracy_level}" if q.accuracy_level is not None else ""
+        with _timed(say, "build", f"{role} {ckpt.architecture} -> {q.precision}{level}"):
+            bopts = build.BuildOptions(q.precision, q.accuracy_level, opts.block_size, opts.execution_provider,
+                                       max_ctx)
+            graphs[role] = build.build_graph(ckpt, tmp / role, bopts, cache)
+    shutil.rmtree(cache, ignore_errors=True)
+    _fix_genai_config(tmp / "target" / "genai_config.json", max_ctx)
+    for f in ("genai_config.json",) + TOKENIZER_FILES:  # the drafter dir holds only its graph (+ id map)
+        (tmp / "drafter" / f).unlink(missing_ok=True)
+
+    tok_dir = tmp / "tokenizer"
+    tok_dir.mkdir()
+    for f in TOKENIZER_FILES:
+        if (t_ckpt.path / f).is_file():
+            shutil.copy2(t_ckpt.path / f, tok_dir / f)
+    tok_spec = _tokenizer_spec(t_ckpt.path, tok_dir)
+
+    trim = None
+    if opts.trim_vocab is not None:
+        head = _head_size(t_cfg)
+        with _timed(say, "calibrate", f"sampling {len(prompts)} prompts from the target graph"):
+            counts = calibrate.target_token_counts(
+                graphs["target"], head, tok_dir / "tokenizer.json", tok_spec.chat, prompts,
+                bos_id=tok_spec.bos_token_id, stop_ids=tok_spec.stop_token_ids)
+        with _timed(say, "trim", f"drafter vocabulary ({opts.trim_vocab})"):
+            keep = tuple(tok_spec.special_token_ids) + tuple(tok_spec.stop_token_ids)
+            kept = vocab_trim.choose_kept(counts, opts.trim_vocab, keep, opts.trim_share)
+            before, after = vocab_trim.trim_lm_head(graphs["drafter"], kept.ids)
+            np.save(tmp / "drafter" / "id_map.npy", kept.ids)
+            trim = VocabTrim(id_map="drafter/id_map.npy", kept=int(len(kept.ids)), full=int(len(counts)),
+                             coverage=round(kept.coverage, 6), calibration_tokens=kept.calibration_tokens,
+                             lm_head_bytes_before=int(before), lm_head_bytes_after=int(after))
+        say(f"[trim] kept {trim.kept}/{trim.full} tokens covering {trim.coverage:.1%} of "
+            f"{trim.calibration_tokens} target tokens; LM head {before / 1e6:.2f} MB -> {after / 1e6:.2f} MB")
+
+    specs = {}
+    for role, ckpt, q in (("target", t_ckpt, opts.target_quant), ("drafter", d_ckpt, opts.drafter_quant)):
+        with _timed(say, "measure", f"{role} load and workspace memory"):
+            specs[role] = _model_spec(tmp, role, ckpt, q, opts, max_ctx, int(t_cfg["vocab_size"]))
+    manifest = Manifest(
+        target=specs["target"], drafter=specs["drafter"], tokenizer=tok_spec, vocab_trim=trim,
+        sources={"target": SourceModel(t_ckpt.name, checkpoint_sha256(t_ckpt.path)),
+                 "drafter": SourceModel(d_ckpt.name, checkpoint_sha256(d_ckpt.path))},
+        created_by=f"edge-spec {__version__}", created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        notes={"export_seconds": round(time.perf_counter() - started, 2),
+               "calibration_prompts": len(prompts) if trim else 0,
+               "trim_share": opts.trim_share if opts.trim_vocab == "auto" else None},
+    )
+    write_manifest(tmp, manifest)
+    return manifest
+
+
+def _head_size(cfg: dict) -> int:
+    return int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
+
+
+def _fix_genai_config(path: Path, max_ctx: int) -> None:
+    cfg = json.loads(path.read_text(encoding="utf-8"))
+    cfg.setdefault("search", {})["max_length"] = max_ctx  # the KV buffer ORT GenAI preallocates
+    path.write_text(json.dumps(cfg, indent=4) + "\n", encoding="utf-8")
+
+
+def _tokenizer_spec(src: Path, tok_dir: Path) -> TokenizerSpec:
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(src))
+    except Exception as exc:
+        raise ExportError(f"transformers cannot load the tokenizer in '{src}' ({exc.__class__.__name__}); "
+                          "re-save it with tokenizer.save_pretrained().") from None
+    tok_json = tokenizer_check.load_tokenizer_json(src)
+    gen_file = src / "generation_config.json"
+    gen = json.loads(gen_file.read_text(encoding="utf-8")) if gen_file.is_file() else {}
+    chat = tokenizer_check.chat_format(tok)
+    stops = tokenizer_check.stop_token_ids(tok, tok_json, gen, chat)
+    files = tuple(f"tokenizer/{f}" for f in TOKENIZER_FILES if (tok_dir / f).is_file())
+    return TokenizerSpec(files=files, vocab_size=len(tok), bos_token_id=tok.bos_token_id, stop_token_ids=stops,
+                         special_token_ids=tokenizer_check.special_token_ids(tok_json), chat=chat)
+
+
+def _model_spec(root: Path, role: str, ckpt: build.Checkpoint, q: Quant, opts: ExportOptions, max_ctx: int,
+                full_vocab: int) -> ModelSpec:
+    import onnx
+
+    cfg = ckpt.config
+    graph = root / role / "model.onnx"
+    proto = onnx.load(str(graph), load_external_data=False)
+    past = next(i for i in proto.graph.input if i.name.startswith("past_key_values."))
+    io_dtype = "float16" if past.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 else "float32"
+    logits = next(o for o in proto.graph.output if o.name == "logits")
+    vocab = logits.type.tensor_type.shape.dim[-1].dim_value or int(cfg["vocab_size"])
+    layers, kv_heads, head = int(cfg["num_hidden_layers"]), int(cfg.get("num_key_value_heads")
+                                                                 or cfg["num_attention_heads"]), _head_size(cfg)
+    data = [p for p in sorted((root / role).glob("model.onnx*")) if p.name != "model.onnx"]
+    if opts.measure_memory:
+        mem = measure.measure_memory(graph, max_ctx, head)
+    else:
+        mem = {"load_bytes": 0, "workspace_bytes": {1: 0}}
+    quant = Quantization(precision=q.precision,
+                         block_size=opts.block_size if q.precision in ("int4", "int8") else None,
+                         accuracy_level=q.accuracy_level, io_dtype=io_dtype)
+    genai = root / role / "genai_config.json"
+    return ModelSpec(
+        graph=f"{role}/model.onnx", data_files=tuple(f"{role}/{p.name}" for p in data),
+        architecture=ckpt.architecture, quantization=quant, num_layers=layers,
+        num_attention_heads=int(cfg["num_attention_heads"]), num_kv_heads=kv_heads, head_size=head,
+        hidden_size=int(cfg["hidden_size"]), vocab_size=int(vocab), full_vocab_size=int(full_vocab),
+        max_context=max_ctx, weight_bytes=sum(p.stat().st_size for p in [graph, *data]),
+        load_bytes=int(mem["load_bytes"]),
+        kv_bytes_per_token=2 * layers * kv_heads * head * (2 if io_dtype == "float16" else 4),
+        workspace_bytes=dict(mem["workspace_bytes"]),
+        input_names={"input_ids": "input_ids", "attention_mask": "attention_mask",
+                     "past_key": "past_key_values.%d.key", "past_value": "past_key_values.%d.value"},
+        output_names={"logits": "logits", "present_key": "present.%d.key", "present_value": "present.%d.value"},
+        genai_config=f"{role}/genai_config.json" if genai.is_file() else None,
+    )
+
+
+__all__ = ["ExportOptions", "Quant", "export_bundle", "checkpoint_sha256", "EdgeSpecError"]
