@@ -1,0 +1,107 @@
+"""The memory planner: exact arithmetic from a manifest, the degradation ladder, refusals, parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from edge_spec.bundle import ChatFormat, Manifest, ModelSpec, Quantization, TokenizerSpec, VocabTrim
+from edge_spec.errors import BudgetError, EdgeSpecError
+from edge_spec.runtime.budget import MIN_CONTEXT, PREFILL_CHUNK, SLACK_BYTES, MiB, parse_budget, plan_memory
+
+WS = {1: 1000, 2: 2000, 4: 4000, 8: 8000, 16: 16000}
+
+
+def spec(vocab: int, load: int, kv: int) -> ModelSpec:
+    return ModelSpec(graph="m.onnx", data_files=(), architecture="LlamaForCausalLM",
+                     quantization=Quantization("int4", 32, 4), num_layers=2, num_attention_heads=4,
+                     num_kv_heads=2, head_size=32, hidden_size=128, vocab_size=vocab, full_vocab_size=8192,
+                     max_context=2048, weight_bytes=load, load_bytes=load, kv_bytes_per_token=kv,
+                     workspace_bytes=WS, input_names={}, output_names={})
+
+
+def manifest(trim: bool = True) -> Manifest:
+    return Manifest(
+        target=spec(8192, 100 * MiB, 6144), drafter=spec(1024 if trim else 8192, 20 * MiB, 1024),
+        tokenizer=TokenizerSpec(("t.json",), 8192, None, (4,), (4,), ChatFormat({}, "")),
+        vocab_trim=VocabTrim("id.npy", 1024, 8192, 0.99, 100, 1, 1) if trim else None,
+        sources={}, created_by="t", created_at="t")
+
+
+BASE = 50 * MiB
+
+
+def fixed_spec(gamma: int = 8) -> int:
+    t_rows, d_rows = max(PREFILL_CHUNK, gamma + 1), PREFILL_CHUNK
+    return (BASE + 100 * MiB + 20 * MiB + t_rows * 8192 * 4 + d_rows * 1024 * 4
+            + 2 * (t_rows * 8192 * 4 + gamma * 1024 * 4 + 1024 * 4) + max(WS[16], WS[16]) + SLACK_BYTES)
+
+
+def test_parse_budget():
+    assert parse_budget("600MB") == 600_000_000
+    assert parse_budget("600 MiB") == 600 * MiB
+    assert parse_budget("1.5GB") == 1_500_000_000
+    assert parse_budget("2gib") == 2 << 30
+    assert parse_budget(123456) == 123456
+    assert parse_budget(None) is None
+    for bad in ("lots", "600XB", "-5MB", "", 0, -3, True):
+        with pytest.raises(EdgeSpecError, match="memory_budget"):
+            parse_budget(bad)
+
+
+def test_plan_exact_arithmetic_and_context_choice():
+    m = manifest()
+    per_token = 6144 + 1024
+    budget = fixed_spec() + 1000 * per_token + 123
+    plan = plan_memory(m, budget, BASE)
+    assert plan.mode == "speculative" and plan.draft_length == 8
+    assert plan.max_context == 1000  # the largest context that fits
+    assert plan.total_bytes == fixed_spec() + 1000 * per_token <= budget
+    items = dict(plan.items)
+    assert items["target KV cache (1000 tokens x 6144 B)"] == 1000 * 6144
+    assert items["drafter KV cache (1000 tokens x 1024 B)"] == 1000 * 1024
+    assert items["target logits buffer (16 x 8192)"] == 16 * 8192 * 4
+    assert "speculative decoding with the drafter model" in plan.describe()
+    # without a budget the context is the model's maximum
+    assert plan_memory(m, None, BASE).max_context == 2048
+
+
+def test_context_is_capped_by_user_and_model():
+    plan = plan_memory(manifest(), 10**12, BASE, max_context=300)
+    assert plan.max_context == 300
+    assert plan_memory(manifest(), 10**12, BASE).max_context == 2048
+
+
+def test_ladder_drafter_then_lookup_then_refusal():
+    m = manifest()
+    # too small for the drafter with a minimal context, enough for the target alone
+    budget = fixed_spec(1) + MIN_CONTEXT * (6144 + 1024) - 1  # gamma = 1 is the smallest drafter plan
+    plan = plan_memory(m, budget, BASE)
+    assert plan.mode == "lookup" and plan.draft_length == 8
+    assert any("prompt lookup" in n for n in plan.notes)
+    assert "prompt-lookup" in plan.describe()
+    assert plan.max_context >= MIN_CONTEXT
+    # the lower bound: target only, minimal context
+    t_rows = PREFILL_CHUNK
+    bound = BASE + 100 * MiB + MIN_CONTEXT * 6144 + t_rows * 8192 * 4 + 2 * t_rows * 8192 * 4 + WS[16] + SLACK_BYTES
+    assert plan_memory(m, bound, BASE, drafting="none").mode == "ar"
+    with pytest.raises(BudgetError) as err:
+        plan_memory(m, bound - 1, BASE)
+    msg = str(err.value)
+    assert f"{bound / MiB:.1f} MiB" in msg and "target weights" in msg and "raise memory_budget" in msg
+    assert msg.count(".") >= 1 and "\n" not in msg
+
+
+def test_drafting_choices():
+    m = manifest()
+    assert plan_memory(m, None, BASE, drafting="lookup").mode == "lookup"
+    assert plan_memory(m, None, BASE, drafting="none").mode == "ar"
+    assert plan_memory(m, None, BASE, draft_length=3).draft_length == 3
+    with pytest.raises(EdgeSpecError):
+        plan_memory(m, None, BASE, drafting="magic")
+    with pytest.raises(EdgeSpecError):
+        plan_memory(m, None, BASE, draft_length=99)
+
+
+def test_workspace_counts_the_largest_pass_only():
+    plan = plan_memory(manifest(), None, BASE)
+    assert dict(plan.items)["largest forward-pass workspace (passes run one at a time)"] == WS[16]

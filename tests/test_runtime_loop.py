@@ -1,0 +1,206 @@
+"""The draft-verify loop against scripted fake models behind the backend seam (no ONNX Runtime)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edge_spec.runtime.drafting import DraftPolicy, lookup_draft
+from edge_spec.runtime.sampling import SamplingConfig
+from edge_spec.runtime.speculative import Decoder, decode
+
+V = 12
+
+
+def table_logits(seed: int, noise: float = 0.0) -> np.ndarray:
+    """Logits as a function of the last two tokens: a [V, V, V] table."""
+    rng = np.random.default_rng(seed)
+    base = np.random.default_rng(0).normal(0, 2.0, size=(V, V, V))
+    return base + noise * rng.normal(0, 2.0, size=(V, V, V))
+
+
+class FakeModel:
+    """A model that takes tokens and returns logits; records every pass it gets."""
+
+    def __init__(self, table: np.ndarray, capacity: int = 64, max_rows: int = 8, id_map: np.ndarray | None = None):
+        self.table, self.capacity, self.max_rows = table, capacity, max_rows
+        self.id_map = id_map
+        self.vocab_size = table.shape[-1] if id_map is None else len(id_map)
+        self.length = 0
+        self.history: list[int] = []  # what the KV "holds"
+        self.passes: list[list[int]] = []
+        self.out = np.zeros((max_rows, self.vocab_size))
+
+    def forward(self, tokens):
+        tokens = [int(t) for t in tokens]
+        assert 0 < len(tokens) <= self.max_rows and self.length + len(tokens) <= self.capacity
+        del self.history[self.length:]
+        self.passes.append(tokens)
+        for i, t in enumerate(tokens):
+            self.history.append(t)
+            prev = self.history[-2] if len(self.history) > 1 else 0
+            row = self.table[prev, t]
+            self.out[i] = row if self.id_map is None else row[self.id_map]
+        self.length += len(tokens)
+        return self.out[:len(tokens)]
+
+    def rewind_to(self, n):
+        assert 0 <= n <= self.length
+        self.length = n
+
+
+def run(dec, ids, cfg=SamplingConfig(), gamma=None, max_new=30, stop=frozenset(), seed=0, threshold=0.0):
+    dec.set_context(np.asarray(ids, dtype=np.int64))
+    policy = None if gamma is None else DraftPolicy(dec.max_gamma, fixed=gamma)
+    steps = list(decode(dec, cfg, policy, np.random.default_rng(seed), max_new, stop, threshold))
+    return [t for s in steps for t in s.tokens], steps
+
+
+def check_kv_invariant(dec, *models):
+    for m in models:
+        assert m.length <= dec.n - 1
+        assert m.history[:m.length] == [int(t) for t in dec.tok[:m.length]]
+
+
+def test_greedy_speculative_equals_greedy_ar():
+    prompt = [1, 5, 7]
+    ar, _ = run(Decoder(FakeModel(table_logits(0)), None), prompt)
+    for noise in (0.0, 0.3, 1.0, 5.0):
+        target, drafter = FakeModel(table_logits(0)), FakeModel(table_logits(1, noise))
+        dec = Decoder(target, drafter, max_gamma=4)
+        sd, steps = run(dec, prompt, gamma=4)
+        assert sd == ar, noise
+        check_kv_invariant(dec, target, drafter)
+        assert len(steps) < len(ar) or noise > 0
+
+
+def test_all_accepted_drafter_catches_up_in_one_pass():
+    # drafter == target: every draft is accepted, so after each step the drafter has not seen the
+    # last draft; the next drafting pass must feed [last draft, bonus] together.
+    target, drafter = FakeModel(table_logits(0)), FakeModel(table_logits(0))
+    dec = Decoder(target, drafter, max_gamma=3)
+    out, steps = run(dec, [2, 3], gamma=3, max_new=12)
+    assert all(s.accepted == 3 and s.from_drafter == [True, True, True, False] for s in steps)
+    assert [len(p) for p in drafter.passes[:5]] == [2, 1, 1, 2, 1]  # prompt; d1; d2; [d3, bonus]; ...
+    assert drafter.passes[3] == out[2:4]
+    assert len(target.passes) == 3  # 12 tokens in 3 verify passes
+    check_kv_invariant(dec, target, drafter)
+    # and the drafter's KV history equals the committed tokens it has been fed
+    assert drafter.history[:drafter.length] == [int(t) for t in dec.tok[:drafter.length]]
+
+
+def test_rejection_rewinds_both_caches():
+    target, drafter = FakeModel(table_logits(0)), FakeModel(table_logits(3, 3.0))
+    dec = Decoder(target, drafter, max_gamma=4)
+    _, steps = run(dec, [4, 4, 1], gamma=4, max_new=40)
+    assert any(s.accepted < s.gamma for s in steps)
+    check_kv_invariant(dec, target, drafter)
+
+
+def test_trimmed_drafter_vocabulary_greedy_lossless():
+    id_map = np.array([0, 2, 3, 5, 7, 8, 11], dtype=np.int64)
+    target = FakeModel(table_logits(0))
+    drafter = FakeModel(table_logits(0), id_map=id_map)
+    ar, _ = run(Decoder(FakeModel(table_logits(0)), None), [1, 2])
+    dec = Decoder(target, drafter, id_map=id_map, max_gamma=3)
+    sd, steps = run(dec, [1, 2], gamma=3)
+    assert sd == ar
+    assert all(set(t for t, f in zip(s.tokens, s.from_drafter) if f) <= set(id_map.tolist()) for s in steps)
+    check_kv_invariant(dec, target, drafter)
+
+
+def test_stop_token_and_length_cut_a_step():
+    target, drafter = FakeModel(table_logits(0)), FakeModel(table_logits(0))
+    ar, _ = run(Decoder(FakeModel(table_logits(0)), None), [1, 2], max_new=30)
+    stop = ar[5]
+    dec = Decoder(target, drafter, max_gamma=4)
+    out, steps = run(dec, [1, 2], gamma=4, stop=frozenset({stop}))
+    assert out == ar[:ar.index(stop) + 1] and steps[-1].finish == "stop_token"
+    check_kv_invariant(dec, target, drafter)
+    out, steps = run(Decoder(FakeModel(table_logits(0)), FakeModel(table_logits(0)), max_gamma=4),
+                     [1, 2], gamma=4, max_new=7)
+    assert out == ar[:7] and steps[-1].finish == "length"
+
+
+def test_context_full_is_a_finish_reason_not_a_crash():
+    dec = Decoder(FakeModel(table_logits(0), capacity=16), FakeModel(table_logits(0), capacity=16), max_gamma=4)
+    out, steps = run(dec, [1, 2, 3], gamma=4, max_new=100)
+    assert steps[-1].finish == "context_full"
+    assert dec.n == 17 and len(out) == 14
+
+
+def test_interrupted_stream_leaves_consistent_kv():
+    target, drafter = FakeModel(table_logits(0)), FakeModel(table_logits(2, 1.0))
+    dec = Decoder(target, drafter, max_gamma=4)
+    dec.set_context(np.array([1, 2, 3]))
+    gen = decode(dec, SamplingConfig(), DraftPolicy(4, fixed=4), np.random.default_rng(0), 50, frozenset())
+    next(gen)
+    next(gen)
+    gen.close()
+    check_kv_invariant(dec, target, drafter)
+    # the next call continues from exactly the committed text
+    committed = [int(t) for t in dec.tok[:dec.n]]
+    more, _ = run(dec, committed, gamma=4, max_new=5)
+    ref, _ = run(Decoder(FakeModel(table_logits(0)), None), committed, max_new=5)
+    assert more == ref
+
+
+def test_set_context_reuses_longest_common_prefix():
+    target = FakeModel(table_logits(0))
+    dec = Decoder(target, None)
+    run(dec, [1, 2, 3, 4, 5], max_new=3)
+    passes = len(target.passes)
+    assert dec.set_context(np.array([1, 2, 3, 9, 9])) == 3
+    assert target.length == 3
+    run(dec, [1, 2, 3, 9, 9], max_new=1)
+    assert target.passes[passes] == [9, 9]  # only the new tokens are prefilled
+
+
+def test_prompt_lookup_drafts_and_losslessness():
+    toks = np.array([5, 6, 7, 8, 1, 5, 6, 7, 0, 0], dtype=np.int64)
+    assert lookup_draft(toks, 8, 3).tolist() == [8, 1, 5]  # after "5 6 7" came "8 1 5"
+    assert lookup_draft(toks, 2, 3).tolist() == []
+    prompt = [3, 4, 5, 3, 4, 5, 3, 4]
+    ar, _ = run(Decoder(FakeModel(table_logits(0)), None), prompt)
+    sd, steps = run(Decoder(FakeModel(table_logits(0)), None, lookup=True, max_gamma=4), prompt, gamma=4)
+    assert sd == ar and any(s.gamma > 0 for s in steps)
+
+
+def test_policy_turns_speculation_off_when_slower_and_reprobes():
+    pol = DraftPolicy(6, probe_every=5)
+    for _ in range(30):  # drafts never accepted and the drafter is as slow as the target
+        g = pol.next_gamma()
+        pol.update(g, 0, 0.01 * g, 0.01 * (1 + 0.25 * g), drafter_passes=g)
+    seen = []
+    for _ in range(12):
+        seen.append(pol.next_gamma())
+        pol.update(seen[-1], 0, 0.01 * seen[-1], 0.01, drafter_passes=seen[-1])
+    assert seen.count(0) >= 8 and any(g > 0 for g in seen)  # off, with periodic re-probes
+    fast = DraftPolicy(6)
+    for _ in range(30):  # cheap drafter, everything accepted
+        g = fast.next_gamma()
+        fast.update(g, g, 0.0005 * g, 0.01 * (1 + 0.1 * g), drafter_passes=g)
+    assert fast.next_gamma() >= 4
+    assert DraftPolicy(6, fixed=3).next_gamma() == 3
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+def test_sampled_first_token_matches_target_distribution(temperature):
+    """End-to-end through the loop with fakes: the first generated token is distributed as p."""
+    from scipy.stats import chisquare
+
+    from edge_spec.runtime.sampling import probs
+
+    cfg = SamplingConfig(temperature, 0, 0.9)
+    table_t, table_d = table_logits(0), table_logits(5, 1.5)
+    p = probs(table_t[2, 3][None], cfg)[0]
+    counts = np.zeros(V)
+    for seed in range(1500):
+        dec = Decoder(FakeModel(table_t), FakeModel(table_d), max_gamma=3)
+        out, _ = run(dec, [2, 3], cfg, gamma=3, max_new=1, seed=seed)
+        counts[out[0]] += 1
+    keep = p * 1500 >= 5
+    assert counts[~keep].sum() <= max(5, 3 * p[~keep].sum() * 1500)
+    exp = np.append(p[keep], p[~keep].sum()) * 1500
+    obs = np.append(counts[keep], counts[~keep].sum())
+    assert chisquare(obs[exp > 0], exp[exp > 0]).pvalue > 1e-3
