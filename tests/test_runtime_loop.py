@@ -49,7 +49,10 @@ class FakeModel:
         self.length = n
 
 
-def run(dec, ids, cfg=SamplingConfig(), gamma=None, max_new=30, stop=frozenset(), seed=0, threshold=0.0):
+GREEDY = SamplingConfig()
+
+
+def run(dec, ids, cfg=GREEDY, gamma=None, max_new=30, stop=frozenset(), seed=0, threshold=0.0):
     dec.set_context(np.asarray(ids, dtype=np.int64))
     policy = None if gamma is None else DraftPolicy(dec.max_gamma, fixed=gamma)
     steps = list(decode(dec, cfg, policy, np.random.default_rng(seed), max_new, stop, threshold))

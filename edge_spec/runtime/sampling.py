@@ -50,11 +50,10 @@ def probs(logits: np.ndarray, cfg: SamplingConfig, out: np.ndarray | None = None
     out /= out.sum(axis=-1, keepdims=True)
     if cfg.top_p < 1.0:
         for row in out:
-            order = np.argsort(-row, kind="stable")
-            cum = np.cumsum(row[order])
+            desc = np.sort(row)[::-1]  # a value sort is ~2x cheaper than argsort; ties are cut together
+            cum = np.cumsum(desc)
             # keep the smallest prefix whose mass reaches top_p, plus every token tied with its last one
-            last = int(np.searchsorted(cum, cfg.top_p * cum[-1]))
-            cut = row[order[min(last, len(order) - 1)]]
+            cut = desc[min(int(np.searchsorted(cum, cfg.top_p * cum[-1])), len(desc) - 1)]
             row[row < cut] = 0.0
             row /= row.sum()
     return out

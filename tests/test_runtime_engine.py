@@ -1,0 +1,264 @@
+"""End-to-end runtime tests on the demo bundle: losslessness, rewind, fallback, interruption, chat, streaming."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_runtime_support import plain_logits, runtime_bundle
+
+from edge_spec import Engine
+from edge_spec.errors import EdgeSpecError
+from edge_spec.runtime.sampling import SamplingConfig, probs, sample, verify
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [f"{a} {b}" for a in ("Once upon a time", "The answer is", "def main():", "In 1999, the", "Dear friend,",
+                                "Q: What is the capital of France?\nA:", "import numpy as np\n", "The cat sat on",
+                                "Step 1:", "Hello, my name is")
+           for b in ("", "there was", "we", "it", "and")]
+
+
+@pytest.fixture(scope="module")
+def bundle(request) -> Path:
+    return runtime_bundle(request)
+
+
+@pytest.fixture(scope="module")
+def engine(bundle) -> Engine:
+    return Engine.load(bundle)
+
+
+def _discrepancy(engine: Engine, bundle: Path) -> float:
+    """Max |logit| difference between one 5-token verify pass and 5 single-token steps (same graph)."""
+    t = engine.target
+    worst = 0.0
+    for seed in range(4):
+        toks = np.random.default_rng(seed).integers(5, engine.manifest.target.vocab_size, size=19)
+        t.rewind_to(0)
+        t.forward(toks[:14])
+        multi = t.forward(toks[14:19]).copy()
+        t.rewind_to(14)
+        single = np.stack([t.forward(toks[i:i + 1])[0].copy() for i in range(14, 19)])
+        worst = max(worst, float(np.abs(multi - single).max()))
+    engine.reset()
+    return worst
+
+
+def test_greedy_speculative_equals_greedy_ar_on_50_prompts(engine, bundle, record_property):
+    disc = _discrepancy(engine, bundle)
+    mismatches, margins = 0, []
+    assert len(PROMPTS) >= 50
+    for prompt in PROMPTS:
+        cfg = {"max_new_tokens": 24, "stop_token_ids": ()}
+        ar = engine.generate(prompt, cfg, speculative=False).token_ids
+        sd = engine.generate(prompt, cfg, draft_length=4).token_ids
+        if ar == sd:
+            continue
+        mismatches += 1
+        i = next(j for j, (a, b) in enumerate(zip(ar, sd)) if a != b)
+        ids = engine.tokenizer.encode(prompt).ids + list(ar[:i])
+        logits, _ = plain_logits(bundle / engine.manifest.target.graph, engine.manifest.target, ids)
+        top2 = np.sort(logits[-1])[-2:]
+        margins.append(float(top2[1] - top2[0]))
+    record_property("greedy_mismatches", f"{mismatches}/{len(PROMPTS)}")
+    record_property("verify_vs_step_discrepancy", disc)
+    print(f"\ngreedy SD vs AR: {mismatches}/{len(PROMPTS)} prompts differ; verify-vs-step discrepancy {disc:.4g}; "
+          f"margins at first difference {margins}")
+    # a difference is only allowed at a near-tie the graph's own batch-vs-step noise can flip
+    assert all(m <= 2 * disc for m in margins), (margins, disc)
+
+
+def _real_pq(engine: Engine, bundle: Path, prompt: str):
+    m = engine.manifest
+    ids = engine.tokenizer.encode(prompt).ids
+    p_logits, _ = plain_logits(bundle / m.target.graph, m.target, ids)
+    q_logits, _ = plain_logits(bundle / m.drafter.graph, m.drafter, ids)
+    id_map = None
+    if m.vocab_trim is not None:
+        id_map = np.load(bundle / m.vocab_trim.id_map).astype(np.int64)
+    return ids, p_logits[-1:], q_logits[-1:], id_map
+
+
+def _chi2(counts: np.ndarray, p: np.ndarray) -> float:
+    """Chi-square p-value of ``counts`` against ``p``, tokens pooled (most likely first) into bins of
+    expected count >= max(5, n/20) so that flat distributions still give a valid test."""
+    from scipy.stats import chisquare
+
+    n = counts.sum()
+    order = np.argsort(-p, kind="stable")
+    target = max(5.0, n / 20)
+    exp, obs, e, o = [], [], 0.0, 0.0
+    for t in order:
+        e += p[t] * n
+        o += counts[t]
+        if e >= target:
+            exp.append(e)
+            obs.append(o)
+            e = o = 0.0
+    if e > 0 or o > 0:
+        exp[-1] += e
+        obs[-1] += o
+    assert len(exp) >= 2
+    exp = np.array(exp)
+    return chisquare(obs, exp * n / exp.sum()).pvalue
+
+
+@pytest.mark.parametrize("cfg", [SamplingConfig(1.0), SamplingConfig(0.7), SamplingConfig(0.7, top_p=0.9)])
+def test_verify_with_real_p_and_q_is_distributed_as_p(engine, bundle, cfg):
+    if engine.drafter is None:
+        pytest.skip("the plan has no drafter model")
+    _, p_logits, q_logits, id_map = _real_pq(engine, bundle, "Once upon a time there was")
+    p = probs(p_logits.astype(np.float64), cfg)
+    q = probs(q_logits.astype(np.float64), cfg)  # over the drafter's (maybe trimmed) vocabulary
+    rng = np.random.default_rng(0)
+    counts = np.zeros(p.shape[1])
+    for _ in range(20000):
+        j = sample(q[0], rng)
+        x = int(id_map[j]) if id_map is not None else j
+        acc, nxt = verify(np.vstack([p, p]), q, [x], rng, id_map, [j] if id_map is not None else None)
+        counts[x if acc else nxt] += 1
+    assert counts[p[0] == 0].sum() == 0
+    assert _chi2(counts, p[0]) > 1e-3
+
+
+def test_sampled_speculative_first_token_is_distributed_as_p(engine, bundle):
+    """End to end (sessions, trimmed drafter, loop); the verify tests above cover T=1.0 / 0.7 / top-p with power."""
+    cfg = SamplingConfig(0.7, top_p=0.9)
+    prompt = "Once upon a time there was"
+    ids, p_logits, _, _ = _real_pq(engine, bundle, prompt)
+    p = probs(p_logits.astype(np.float64), cfg)[0]
+    counts = np.zeros(len(p))
+    drafted = 0
+    for seed in range(300):
+        r = engine.generate(ids, max_new_tokens=4, temperature=cfg.temperature, top_p=cfg.top_p, seed=seed,
+                            draft_length=3, config={"stop_token_ids": ()})
+        counts[r.token_ids[0]] += 1
+        drafted += r.stats.drafted
+    assert drafted >= 300  # the first token really went through draft + verify
+    assert counts[p == 0].sum() == 0
+    assert _chi2(counts, p) > 1e-3
+
+
+def test_kv_after_rewind_matches_fresh_run(engine, bundle):
+    r = engine.generate("The cat sat on", max_new_tokens=40, temperature=1.0, seed=3, draft_length=4,
+                        config={"stop_token_ids": ()})
+    assert r.stats.accepted < r.stats.drafted  # some drafts were rejected and rolled back
+    committed = engine.context
+    n = engine.target.length
+    assert n == len(committed) - 1
+    _, present = plain_logits(bundle / engine.manifest.target.graph, engine.manifest.target, committed[:n])
+    worst = 0.0
+    kv = engine.target.kv
+    for layer in range(engine.manifest.target.num_layers):
+        worst = max(worst, float(np.abs(kv.keys[layer][:, :, :n] - present[f"present.{layer}.key"]).max()),
+                    float(np.abs(kv.values[layer][:, :, :n] - present[f"present.{layer}.value"]).max()))
+    assert worst < 0.05, worst  # chunked vs one-pass int8-activation noise, not stale drafts (those are O(1))
+
+
+def test_device_fallback_and_strict(bundle):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        e = Engine.load(bundle, device="cuda", max_context=256)
+    assert e.devices["target"] == "cpu"
+    assert any("falling back to CPU" in str(w.message) for w in caught)
+    with pytest.raises(EdgeSpecError, match="CUDAExecutionProvider"):
+        Engine.load(bundle, device="cuda", strict=True, max_context=256)
+    with pytest.raises(EdgeSpecError, match="Unknown device"):
+        Engine.load(bundle, device="tpu")
+    e2 = Engine.load(bundle, drafter_device="openvino", max_context=256)  # drafter alone falls back
+    assert e2.generate("Hi", max_new_tokens=3).token_ids
+
+
+def test_interrupted_stream_then_next_call_is_consistent(engine):
+    engine.reset()
+    stream = engine.stream("Dear friend,", max_new_tokens=50, draft_length=4, config={"stop_token_ids": ()})
+    got = []
+    for i, ev in enumerate(stream):
+        got.extend(ev.token_ids)
+        if i == 2:
+            break  # the consumer walks away
+    stream.close()
+    ctx = engine.context
+    assert ctx[-len(got):] == got and engine.target.length == len(ctx) - 1
+    # a KeyboardInterrupt in the middle of a step (inside the target pass)
+    real = engine.target.forward
+    calls = {"n": 0}
+
+    def flaky(tokens):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(tokens)
+
+    engine.target.forward = flaky
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            engine.generate(ctx, max_new_tokens=30, draft_length=4, config={"stop_token_ids": ()})
+    finally:
+        del engine.target.forward
+    after = engine.generate(ctx, max_new_tokens=12, config={"stop_token_ids": ()}).token_ids
+    engine.reset()
+    fresh = engine.generate(ctx, max_new_tokens=12, speculative=False, config={"stop_token_ids": ()}).token_ids
+    assert after == fresh
+
+
+def test_chat_reuses_kv_across_turns(engine):
+    engine.reset()
+    msgs = [{"role": "user", "content": "Hello there."}]
+    first = engine.chat(msgs, max_new_tokens=16)
+    msgs += [{"role": "assistant", "content": first.text}, {"role": "user", "content": "And then?"}]
+    second = engine.chat(msgs, max_new_tokens=16)
+    st = engine.last_stats
+    assert st.reused_tokens >= len(engine.tokenizer.encode(engine.render_chat(msgs[:1])).ids) - 1
+    assert st.reused_tokens > st.prompt_tokens // 2
+    engine.reset()
+    assert engine.chat(msgs, max_new_tokens=16).token_ids == second.token_ids
+    with pytest.raises(EdgeSpecError, match="role"):
+        engine.chat([{"role": "wizard", "content": "x"}])
+
+
+def test_streaming_text_is_whole_and_stop_strings_cut(engine):
+    # reset() before each call: the same seed reproduces the same text from the same KV state (a
+    # different prefill chunking moves logits by ~1e-6, enough to move a draw on a flat p)
+    engine.reset()
+    events = list(engine.stream("Hello, my name is", max_new_tokens=60, temperature=1.0, seed=7, draft_length=3,
+                                config={"stop_token_ids": ()}))
+    assert all("\ufffd" not in e.text for e in events)
+    text = "".join(e.text for e in events)
+    engine.reset()
+    r = engine.generate("Hello, my name is", max_new_tokens=60, temperature=1.0, seed=7, draft_length=3,
+                        config={"stop_token_ids": ()})
+    assert r.text == text and r.token_ids == tuple(t for e in events for t in e.token_ids)
+    assert r.stats.drafted > 0
+    if len(text) > 8:
+        stop = text[5:8]
+        engine.reset()
+        cut = engine.generate("Hello, my name is", max_new_tokens=60, temperature=1.0, seed=7, stop=[stop],
+                              draft_length=3,
+                              config={"stop_token_ids": ()})
+        assert cut.finish_reason == "stop_string" and cut.text == text[:text.find(stop)]
+
+
+def test_generation_config_rejects_unknown_keys(engine):
+    with pytest.raises(EdgeSpecError, match="Unknown generation option 'temprature'"):
+        engine.generate("Hi", {"temprature": 0.5})
+    with pytest.raises(EdgeSpecError, match="prompt is"):
+        engine.generate("word " * 5000)
+
+
+def test_context_full_finishes_cleanly(bundle):
+    e = Engine.load(bundle, max_context=160)
+    r = e.generate("Once upon a time", max_new_tokens=400, config={"stop_token_ids": ()})
+    assert r.finish_reason == "context_full" and len(e.context) == 161
+
+
+def test_lookup_rung_generates_like_ar(bundle):
+    e = Engine.load(bundle, drafting="lookup", max_context=512)
+    assert e.plan.mode == "lookup" and e.drafter is None
+    prompt = "a b c d a b c d a b c d a b"
+    sd = e.generate(prompt, max_new_tokens=30, draft_length=4, config={"stop_token_ids": ()})
+    ar = e.generate(prompt, max_new_tokens=30, speculative=False, config={"stop_token_ids": ()})
+    assert sd.token_ids == ar.token_ids or sd.stats.drafted > 0
