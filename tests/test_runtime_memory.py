@@ -1,0 +1,106 @@
+"""Memory claims, measured in fresh processes: flat RSS while decoding, peak RSS within the budget."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_runtime_support import runtime_bundle
+
+from edge_spec.bundle import read_manifest
+from edge_spec.errors import BudgetError
+from edge_spec.runtime.budget import MiB, plan_memory
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+
+FLAT = r"""
+import json, sys
+from edge_spec import Engine
+from edge_spec.runtime.memory import current_rss
+e = Engine.load(sys.argv[1])
+rss, n = {}, 0
+for ev in e.stream("Once upon a time", max_new_tokens=2000, config={"stop_token_ids": ()}):
+    n += len(ev.token_ids)
+    if n >= 200 and "at200" not in rss:
+        rss["at200"] = current_rss()
+rss["end"], rss["n"], rss["ctx"] = current_rss(), n, e.plan.max_context
+print(json.dumps(rss))
+"""
+
+PROMISE = r"""
+import json, sys
+from edge_spec import Engine
+from edge_spec.runtime.memory import peak_rss
+budget = None if sys.argv[2] == "none" else int(sys.argv[2])
+e = Engine.load(sys.argv[1], memory_budget=budget)
+prompt = " ".join(["the quick brown fox jumps over the lazy dog"] * 12)
+e.generate(prompt, max_new_tokens=200, temperature=0.7, seed=0, config={"stop_token_ids": ()})
+e.generate(prompt + " again", max_new_tokens=200, config={"stop_token_ids": ()})
+print(json.dumps({"peak": peak_rss(), "planned": e.plan.total_bytes, "mode": e.plan.mode,
+                  "ctx": e.plan.max_context, "baseline": e.plan.items[0][1], "plan": e.plan.describe()}))
+"""
+
+
+def _child(script: str, *args: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", script, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def bundle(request) -> Path:
+    return runtime_bundle(request)
+
+
+def test_rss_is_flat_while_decoding(bundle, record_property):
+    out = _child(FLAT, str(bundle))
+    assert out["n"] == 2000
+    growth = out["end"] - out["at200"]
+    record_property("rss_growth_200_to_2000_bytes", growth)
+    print(f"\nRSS after 200 tokens {out['at200'] / MiB:.1f} MiB, after 2000 {out['end'] / MiB:.1f} MiB")
+    assert abs(growth) < 2 * MiB, out
+
+
+def test_peak_rss_stays_within_the_budget(bundle, record_property):
+    m = read_manifest(bundle)
+    free = _child(PROMISE, str(bundle), "none")
+    per_token = m.target.kv_bytes_per_token + m.drafter.kv_bytes_per_token
+    # 1) a budget that forces a shorter context than the model's maximum
+    budget = free["planned"] - (free["ctx"] // 2) * per_token
+    tight = _child(PROMISE, str(bundle), str(budget))
+    record_property("tight", json.dumps({k: tight[k] for k in ("peak", "planned", "ctx", "mode")}))
+    assert tight["mode"] == "speculative" and tight["ctx"] < free["ctx"]
+    assert tight["peak"] <= budget, tight["plan"] + f"\npeak {tight['peak'] / MiB:.1f} MiB"
+    # 2) a budget the drafter does not fit: the planner degrades to prompt lookup and still keeps the promise
+    ar_bound = _lower_bound(m, free["baseline"])
+    small = ar_bound + 256 * m.target.kv_bytes_per_token
+    assert plan_memory(m, small, free["baseline"]).mode == "lookup"
+    low = _child(PROMISE, str(bundle), str(small))
+    assert low["mode"] == "lookup"
+    assert low["peak"] <= small, low["plan"] + f"\npeak {low['peak'] / MiB:.1f} MiB"
+    print(f"\npeak {tight['peak'] / MiB:.1f} MiB <= budget {budget / MiB:.1f} MiB (speculative, ctx {tight['ctx']}); "
+          f"peak {low['peak'] / MiB:.1f} MiB <= budget {small / MiB:.1f} MiB (lookup, ctx {low['ctx']})")
+
+
+def _lower_bound(m, baseline: int) -> int:
+    try:
+        plan_memory(m, 1, baseline)
+    except BudgetError as err:
+        mb = float(str(err).split("needs ")[1].split(" MiB")[0])
+        return int(mb * MiB) + MiB
+    raise AssertionError("a 1-byte budget was accepted")
+
+
+def test_budget_below_the_bound_is_refused_in_one_sentence(bundle):
+    from edge_spec import Engine
+
+    with pytest.raises(BudgetError) as err:
+        Engine.load(bundle, memory_budget="20MB")
+    msg = str(err.value)
+    assert "raise memory_budget to at least" in msg and "MiB" in msg and "target weights" in msg
+    assert "\n" not in msg
