@@ -1,0 +1,198 @@
+"""Peer systems on the same graphs and weights: ONNX Runtime GenAI (AR and speculative) and transformers.
+
+* ``ort_genai`` — onnxruntime-genai's C++ loop on a builder-style model directory
+  (``genai_config.json`` + ``model.onnx``). With ``k`` set, it runs its draft-model
+  speculative decoding from a composite directory made by :func:`ort_composite`.
+* ``hf`` — ``transformers`` ``generate`` on the HF checkpoint, plain or with
+  ``assistant_model`` (assisted generation, its default dynamic draft-length schedule).
+
+Worker functions run inside a child process started by ``measure.measure``; only the
+module of the system being measured is imported there, so an ORT GenAI child never
+loads torch.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from measure import rss_bytes, run_prompts, summarise
+
+
+# ------------------------------------------------------------------------------ ORT GenAI composite
+def _link_or_copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _graph_files(model_dir: Path, graph: str) -> list[str]:
+    """The graph and the external-data files it references (by name, next to it)."""
+    names = [graph]
+    for f in sorted(model_dir.iterdir()):
+        if f.name.startswith(Path(graph).name) and f.name != Path(graph).name and f.is_file():
+            names.append(f.name)
+    return names
+
+
+def ort_composite(target_dir: Path, draft_dir: Path, out: Path, max_draft_tokens: int = 4,
+                  draft_block: dict[str, Any] | None = None) -> Path:
+    """Make the directory ORT GenAI 0.18 runs draft-model speculative decoding from.
+
+    ``target_dir`` holds the target's ``genai_config.json`` and graph; ``draft_dir`` the
+    draft graph (and its ``genai_config.json`` unless ``draft_block`` is given). GenAI
+    resolves ``filename`` relative to the config and rejects paths outside it, and both
+    builder graphs name their external data ``model.onnx.data``, so each graph goes in its
+    own subdirectory (hard links, no copies). The drafter must have the target's full
+    vocabulary: GenAI compares draft and target logits position by position.
+    """
+    tcfg = json.loads((target_dir / "genai_config.json").read_text())
+    if draft_block is None:
+        draft_block = json.loads((draft_dir / "genai_config.json").read_text())["model"]["decoder"]
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    cfg = copy.deepcopy(tcfg)
+    for sub, src, block in (("target", target_dir, cfg["model"]["decoder"]), ("draft", draft_dir, draft_block)):
+        graph = block["filename"]
+        for name in _graph_files(src, graph):
+            _link_or_copy(src / name, out / sub / name)
+        block["filename"] = f"{sub}/{graph}"
+    cfg["model"]["draft"] = copy.deepcopy(draft_block)
+    cfg["speculative"] = {"max_draft_tokens": int(max_draft_tokens)}
+    for f in sorted(target_dir.iterdir()):  # tokenizer and processing files
+        if f.is_file() and f.suffix in (".json", ".jinja") and f.name != "genai_config.json":
+            shutil.copy2(f, out / f.name)
+    (out / "genai_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    return out
+
+
+def _ort_genai_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+    import onnxruntime_genai as og
+
+    baseline = rss_bytes()
+    k = spec.get("k")
+    config = og.Config(spec["model"])
+    if spec.get("threads"):
+        so = {"session_options": {"intra_op_num_threads": int(spec["threads"])}}
+        config.overlay(json.dumps({"model": {"decoder": so, **({"draft": so} if k else {})}}))
+    model = og.Model(config)
+    after_load = rss_bytes()
+    temp = float(spec.get("temperature", 0.0))
+    stats_acc: dict[str, float] = {}
+
+    def one(ids: list[int], timer, seed: int):
+        params = og.GeneratorParams(model)
+        opts: dict[str, Any] = {"max_length": len(ids) + spec["max_new_tokens"], "batch_size": 1}
+        if temp > 0:
+            # top_k=0 / top_p=1: plain temperature sampling, like the other systems (genai_config says top_k 50)
+            opts.update(do_sample=True, temperature=temp, top_k=0, top_p=1.0, random_seed=seed)
+        else:
+            opts.update(do_sample=False)
+        params.set_search_options(**opts)
+        if k:
+            params.set_speculative_options(max_draft_tokens=int(k), min_adaptive_k=0)
+        gen = og.Generator(model, params)
+        gen.append_tokens(np.asarray([ids], dtype=np.int32))
+        out: list[int] = []
+        while not gen.is_done():
+            gen.generate_next_token()
+            timer.first()
+            out.append(int(gen.get_next_tokens()[0]))
+        extra: dict[str, Any] = {}
+        if k:
+            st = gen.get_speculative_stats()
+            for key in ("rounds", "draft_tokens_proposed", "draft_tokens_evaluated", "draft_tokens_accepted",
+                        "tokens_emitted", "total_draft_ms", "total_target_ms", "draft_forward_passes",
+                        "target_forward_passes"):
+                extra[key] = st.get(key, 0)
+        return out, extra
+
+    timer = run_prompts(spec, one)
+    res = {"runs": timer.runs, "rss_baseline": baseline, "rss_after_load": after_load,
+           **summarise(timer.runs, spec["repeats"])}
+    if k:
+        measured = [r for r in timer.runs if not r["warmup"]]
+        for key in ("rounds", "draft_tokens_proposed", "draft_tokens_evaluated", "draft_tokens_accepted",
+                    "tokens_emitted", "total_draft_ms", "total_target_ms", "draft_forward_passes",
+                    "target_forward_passes"):
+            stats_acc[key] = sum(r.get(key, 0) for r in measured)
+        res["spec_stats"] = stats_acc
+        res["acceptance"] = stats_acc["draft_tokens_accepted"] / max(1, stats_acc["draft_tokens_proposed"])
+        res["tokens_per_target_pass"] = stats_acc["tokens_emitted"] / max(1, stats_acc["rounds"])
+        res["gamma"] = int(k)
+    return res
+
+
+# ------------------------------------------------------------------------------ transformers
+def _hf_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    if spec.get("threads"):
+        torch.set_num_threads(int(spec["threads"]))
+    baseline = rss_bytes()
+    dtype = torch.float32
+    target = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=dtype).eval()
+    draft = None
+    if spec.get("draft"):
+        draft = AutoModelForCausalLM.from_pretrained(spec["draft"], dtype=dtype).eval()
+    after_load = rss_bytes()
+    calls = {"target": 0}
+    target.register_forward_hook(lambda *a: calls.__setitem__("target", calls["target"] + 1))
+    temp = float(spec.get("temperature", 0.0))
+
+    class FirstToken:  # a streamer that only timestamps the first generated token
+        def __init__(self, timer) -> None:
+            self.timer, self.seen_prompt = timer, False
+
+        def put(self, value) -> None:
+            if self.seen_prompt:
+                self.timer.first()
+            self.seen_prompt = True
+
+        def end(self) -> None:
+            pass
+
+    def one(ids: list[int], timer, seed: int):
+        torch.manual_seed(seed)
+        calls["target"] = 0
+        kwargs: dict[str, Any] = {"max_new_tokens": spec["max_new_tokens"], "streamer": FirstToken(timer),
+                                  "pad_token_id": target.generation_config.pad_token_id}
+        if temp > 0:
+            kwargs.update(do_sample=True, temperature=temp, top_k=0, top_p=1.0)
+        else:
+            kwargs.update(do_sample=False, top_k=None, top_p=None, temperature=None)
+        if draft is not None:
+            kwargs["assistant_model"] = draft
+        with torch.inference_mode():
+            out = target.generate(torch.tensor([ids]), **kwargs)
+        new = out[0, len(ids):].tolist()
+        return new, {"target_calls": calls["target"]}
+
+    timer = run_prompts(spec, one)
+    res = {"runs": timer.runs, "rss_baseline": baseline, "rss_after_load": after_load,
+           "torch_threads": torch.get_num_threads(), **summarise(timer.runs, spec["repeats"])}
+    if draft is not None:
+        measured = [r for r in timer.runs if not r["warmup"]]
+        # every target call (the first one also prefills the prompt) emits at least one token
+        passes = sum(max(1, r["target_calls"]) for r in measured)
+        res["tokens_per_target_pass"] = sum(r["tokens"] for r in measured) / passes
+        res["assistant"] = {"num_assistant_tokens": draft.generation_config.num_assistant_tokens,
+                            "schedule": draft.generation_config.num_assistant_tokens_schedule}
+    return res
+
+
+def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    if spec["system"] == "ort_genai":
+        return _ort_genai_worker(spec)
+    if spec["system"] == "hf":
+        return _hf_worker(spec)
+    raise ValueError(f"unknown peer system {spec['system']!r}")
