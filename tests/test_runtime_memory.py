@@ -1,4 +1,7 @@
-"""Memory claims, measured in fresh processes: flat RSS while decoding, peak RSS within the budget."""
+"""Memory claims, measured in fresh processes: flat RSS while decoding, peak RSS within the budget.
+
+Peak RSS is the kernel's high-water mark of the child (VmHWM, i.e. ru_maxrss without the
+fork-from-a-big-parent artefact: ru_maxrss survives exec)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,18 @@ def current_rss() -> int:
 
 
 def peak_rss() -> int:
-    """Peak resident bytes of this process so far (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    """Peak resident bytes of this process so far.
+
+    Linux: VmHWM of the current address space. ``ru_maxrss`` survives ``exec``, so in a child
+    started by a large parent (fork, then exec) it reports the parent's size; VmHWM does not.
+    Elsewhere ``ru_maxrss`` (KiB on Linux, bytes on macOS)."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         import resource
     except ImportError:  # Windows without psutil: no peak counter

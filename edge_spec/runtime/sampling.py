@@ -59,12 +59,29 @@ def probs(logits: np.ndarray, cfg: SamplingConfig, out: np.ndarray | None = None
     return out
 
 
+_BLOCK = 128
+
+
 def sample(p: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw an index from a 1-D (not necessarily normalised) non-negative weight vector."""
-    cum = np.cumsum(p)
-    # side="right": the first index whose cumulative mass exceeds u always has p > 0
-    i = int(np.searchsorted(cum, rng.random() * cum[-1], side="right"))
-    return min(i, len(p) - 1)
+    """Draw an index from a 1-D (not necessarily normalised) non-negative weight vector.
+
+    Two-level inverse CDF: pick a block of 128 entries from the block sums, then an entry inside
+    it. Reads the vector once (a reduction, not a full cumulative sum), in float64 sums."""
+    n = len(p)
+    if n <= 4 * _BLOCK:
+        cum = np.cumsum(p, dtype=np.float64)
+        # side="right": the first index whose cumulative mass exceeds u always has p > 0
+        return min(int(np.searchsorted(cum, rng.random() * cum[-1], side="right")), n - 1)
+    blocks = np.add.reduceat(p, np.arange(0, n, _BLOCK), dtype=np.float64)
+    cum = np.cumsum(blocks)
+    u = rng.random() * cum[-1]
+    b = min(int(np.searchsorted(cum, u, side="right")), len(cum) - 1)
+    while blocks[b] <= 0.0:  # rounding put u on an empty block's edge: step back to mass
+        b -= 1
+    u -= cum[b] - blocks[b]
+    inner = np.cumsum(p[b * _BLOCK:(b + 1) * _BLOCK], dtype=np.float64)
+    return b * _BLOCK + min(int(np.searchsorted(inner, min(u, inner[-1] * (1 - 1e-12)), side="right")),
+                            len(inner) - 1)
 
 
 def verify_greedy(p_logits: np.ndarray, drafted: np.ndarray | list[int]) -> tuple[int, int]:
