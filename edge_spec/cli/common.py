@@ -1,0 +1,202 @@
+"""Options and helpers shared by the run-time commands (chat, generate, bench, inspect).
+
+Numbers are checked by argparse types so a bad value ends in one sentence naming the flag;
+everything else is validated by the library's own config types (GenerationConfig, parse_budget).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING, Any, TextIO
+
+from edge_spec.errors import EdgeSpecError
+
+if TYPE_CHECKING:
+    from edge_spec.runtime.config import GenerationConfig, Stats
+    from edge_spec.runtime.engine import Engine
+
+MiB = 1 << 20
+DEVICES = ("cpu", "cuda", "dml", "coreml", "qnn", "nnapi", "openvino", "webgpu")
+
+
+def command_parser(subparsers: argparse._SubParsersAction, name: str, help: str, description: str,
+                   examples: str) -> argparse.ArgumentParser:
+    return subparsers.add_parser(name, help=help, description=description,
+                                 epilog="examples:\n" + examples.strip("\n"),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+# ------------------------------------------------------------------------------ argparse types
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, not {value}")
+    return value
+
+
+def nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (off) or a positive whole number, not {value}")
+    return value
+
+
+def temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 (greedy) or a positive number, not {text}")
+    return value
+
+
+def top_p(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1] (1 turns it off), not {text}")
+    return value
+
+
+def budget(text: str) -> str:
+    from edge_spec.runtime.budget import parse_budget
+
+    try:
+        parse_budget(text)
+    except EdgeSpecError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a size; write it like 600MB, 600MiB or 1.5GB") from None
+    return text
+
+
+# ------------------------------------------------------------------------------ option groups
+def add_load_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("memory and devices")
+    g.add_argument("--memory-budget", type=budget, metavar="SIZE",
+                   help="most bytes the process may hold, e.g. 300MB or 1.5GiB (default: no limit); the plan "
+                        "shrinks context and draft length, then drops the drafter, to fit")
+    g.add_argument("--device", default="cpu", choices=DEVICES, metavar="DEVICE",
+                   help=f"device of the target: {', '.join(DEVICES)} (default cpu; an unavailable one falls back "
+                        "to cpu with a warning)")
+    g.add_argument("--drafter-device", choices=DEVICES, metavar="DEVICE", help="device of the drafter (default: "
+                   "--device)")
+
+
+def add_sampling_options(p: argparse.ArgumentParser, max_new_tokens: int = 256) -> None:
+    g = p.add_argument_group("sampling")
+    g.add_argument("--temperature", type=temperature, default=0.0, metavar="T", help="0 = greedy (default)")
+    g.add_argument("--top-p", type=top_p, default=1.0, metavar="P", help="nucleus sampling mass (default 1 = off)")
+    g.add_argument("--top-k", type=nonneg_int, default=0, metavar="K", help="keep the K likeliest tokens (0 = off)")
+    g.add_argument("--seed", type=int, metavar="N", help="random seed for sampling (default: fresh)")
+    g.add_argument("--max-new-tokens", type=positive_int, default=max_new_tokens, metavar="N",
+                   help=f"most tokens per reply (default {max_new_tokens})")
+    g.add_argument("--no-speculation", action="store_true",
+                   help="plain autoregressive decoding (the drafter is not loaded)")
+
+
+def generation_config(args: argparse.Namespace, **extra: Any) -> GenerationConfig:
+    """Validate the sampling options before anything is loaded."""
+    from edge_spec.runtime.config import GenerationConfig
+
+    return GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                            top_p=args.top_p, seed=args.seed, speculative=not args.no_speculation, **extra)
+
+
+def load_engine(args: argparse.Namespace, bundle: Any) -> Engine:
+    import warnings
+
+    from edge_spec.runtime.engine import Engine
+
+    with warnings.catch_warnings(record=True) as caught:  # e.g. device fallback: one line, not file:line + source
+        warnings.simplefilter("always")
+        engine = Engine.load(bundle, memory_budget=args.memory_budget, device=args.device,
+                             drafter_device=args.drafter_device,
+                             drafting="none" if getattr(args, "no_speculation", False) else "auto")
+    for w in caught:
+        print(f"edge-spec: warning: {w.message}", file=sys.stderr)
+    return engine
+
+
+# ------------------------------------------------------------------------------ output
+class Console:
+    """Writes to a stream; styling (ANSI dim) only when the stream is a terminal and NO_COLOR is unset."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stdout
+        isatty = getattr(self.stream, "isatty", None)
+        self.tty = bool(isatty and isatty())
+        self.color = self.tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+    def write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except BrokenPipeError:  # `edge-spec generate ... | head`: the reader left; stop quietly
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())  # no second error at exit
+            except (OSError, ValueError, AttributeError):
+                pass
+            raise SystemExit(1) from None
+
+    def line(self, text: str = "") -> None:
+        self.write(text + "\n")
+
+    def dim(self, text: str) -> str:
+        return f"\x1b[2m{text}\x1b[0m" if self.color else text
+
+
+def mib(n: float) -> str:
+    return f"{n / MiB:.1f} MiB"
+
+
+def stats_line(st: Stats, rss: int, speculative: bool) -> str:
+    """One line after a reply: throughput, acceptance, KV reuse, memory in use."""
+    parts = [f"{st.tokens} tokens", f"{st.tokens_per_second:.1f} tok/s"]
+    if speculative and st.drafted:
+        parts.append(f"acceptance {st.acceptance_rate:.0%} ({st.mean_accepted_length:.2f} tokens/pass)")
+    elif speculative:
+        parts.append("no drafts this reply")
+    else:
+        parts.append("no speculation")
+    parts.append(f"KV reused {st.reused_tokens}/{st.prompt_tokens} prompt tokens")
+    parts.append(f"RSS {rss / MiB:.0f} MiB")
+    return "[" + ", ".join(parts) + "]"
+
+
+def gamma_hist(hist: dict[int, int]) -> str:
+    """'γ=0:12 1:3 4:9' (draft length -> steps)."""
+    return " ".join(f"{g}:{n}" for g, n in sorted(hist.items())) or "-"
+
+
+def unescape(text: str) -> str:
+    r"""Turn the escapes \n, \t and \\ into newline, tab and backslash (for one-line arguments)."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "\\" and i + 1 < len(text) and text[i + 1] in "nt\\":
+            out.append({"n": "\n", "t": "\t", "\\": "\\"}[text[i + 1]])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def read_text(path: str, what: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise EdgeSpecError(f"The {what} file '{path}' does not exist; check the path.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EdgeSpecError(f"The {what} file '{path}' cannot be read ({exc.__class__.__name__}); "
+                            "pass a UTF-8 text file.") from None

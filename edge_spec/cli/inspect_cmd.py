@@ -1,0 +1,92 @@
+"""``edge-spec inspect``: what a bundle is, and its memory plan for a budget, from the manifest alone."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from edge_spec.cli import common
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = common.command_parser(
+        subparsers, "inspect", help="describe a bundle and its memory plan for a budget",
+        description="Describe a bundle (models, sizes, quantization, trimmed vocabulary, tokenizer, sources) and "
+                    "the memory plan for a budget, item by item. No model is loaded: the plan comes from the "
+                    "manifest plus this process's baseline (python, onnxruntime and the tokenizer), exactly as "
+                    "Engine.load plans it.",
+        examples="""
+  edge-spec inspect bundles/qwen
+  edge-spec inspect bundles/qwen --memory-budget 300MB
+  edge-spec inspect bundles/qwen --memory-budget 1GiB --json | jq .plan.items""")
+    p.add_argument("bundle", metavar="BUNDLE", help="bundle directory")
+    p.add_argument("--memory-budget", type=common.budget, metavar="SIZE", help="plan for this budget (default none)")
+    p.add_argument("--max-context", type=common.positive_int, metavar="N", help="cap the planned context")
+    p.add_argument("--json", action="store_true", help="print the manifest and the plan as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import onnxruntime  # noqa: F401  (part of the baseline Engine.load measures before planning)
+    from tokenizers import Tokenizer
+
+    from edge_spec.bundle import read_manifest
+    from edge_spec.errors import BundleError
+    from edge_spec.runtime.budget import parse_budget, plan_memory
+    from edge_spec.runtime.memory import current_rss
+
+    root = Path(args.bundle)
+    m = read_manifest(root)
+    try:
+        tok = Tokenizer.from_file(str(root / m.tokenizer.files[0]))
+    except Exception as exc:
+        raise BundleError(f"The tokenizer in '{root}' cannot be read ({exc}); re-export the bundle.") from None
+    plan = plan_memory(m, parse_budget(args.memory_budget), current_rss(), max_context=args.max_context)
+    stops = [(i, tok.id_to_token(i)) for i in m.tokenizer.stop_token_ids]
+    if args.json:
+        print(json.dumps({"bundle": str(root), "manifest": m.to_json(), "stop_tokens": dict(stops),
+                          "plan": {**asdict(plan), "items": [{"what": w, "bytes": b} for w, b in plan.items],
+                                   "total_bytes": plan.total_bytes}}, indent=2))
+        return 0
+    out = common.Console(sys.stdout)
+    out.line(f"Bundle {root} (manifest v{m.version}, {m.created_by}, {m.created_at})")
+    for role, spec in (("target", m.target), ("drafter", m.drafter)):
+        if spec is None:
+            out.line(f"  {role:<8} none (drafts come from prompt lookup)")
+            continue
+        q = spec.quantization
+        quant = q.precision + (f", block {q.block_size}" if q.block_size else "") + \
+            (f", accuracy level {q.accuracy_level}" if q.accuracy_level is not None else "")
+        out.line(f"  {role:<8} {spec.architecture}: {spec.num_layers} layers, hidden {spec.hidden_size}, "
+                 f"{spec.num_attention_heads} heads ({spec.num_kv_heads} KV) x {spec.head_size}, "
+                 f"vocab {spec.vocab_size}/{spec.full_vocab_size}, context {spec.max_context}")
+        out.line(f"           {quant}; weights {common.mib(spec.weight_bytes)} on disk, "
+                 f"{common.mib(spec.load_bytes)} resident when loaded, KV {spec.kv_bytes_per_token} B/token")
+    vt = m.vocab_trim
+    if vt is not None:
+        out.line(f"  vocab    drafter keeps {vt.kept} of {vt.full} tokens ({vt.kept / vt.full:.1%}), covering "
+                 f"{vt.coverage:.1%} of {vt.calibration_tokens} target-generated calibration tokens; LM head "
+                 f"{vt.lm_head_bytes_before:,} B -> {vt.lm_head_bytes_after:,} B "
+                 f"(-{1 - vt.lm_head_bytes_after / max(vt.lm_head_bytes_before, 1):.0%})")
+    else:
+        out.line("  vocab    not trimmed")
+    chat = m.tokenizer.chat
+    out.line(f"  tokens   vocab {m.tokenizer.vocab_size}; stop tokens "
+             + ", ".join(f"{i} {t!r}" for i, t in stops))
+    out.line("  chat     " + ("none (use generate with plain prompts)" if chat is None else
+                              f"roles {', '.join(chat.roles)}; assistant turn starts {chat.generation_prompt!r}"))
+    for role, src in m.sources.items():
+        out.line(f"  source   {role}: {src.name} (sha256 {src.sha256[:12]})")
+    out.line()
+    out.line(plan.describe())
+    width = max(len(w) for w, _ in plan.items)
+    out.line("\nBytes, item by item:")
+    for what, b in plan.items:
+        out.line(f"  {what:<{width}}  {b:>13,}")
+    out.line(f"  {'total':<{width}}  {plan.total_bytes:>13,}")
+    if plan.budget_bytes is not None:
+        out.line(f"  {'budget':<{width}}  {plan.budget_bytes:>13,}")
+    return 0
