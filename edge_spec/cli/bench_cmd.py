@@ -137,18 +137,10 @@ def _settings(args: argparse.Namespace, prompts: list[tuple[str, str]]) -> dict[
 
 # ------------------------------------------------------------------------------ measuring
 def peak_rss() -> int:
-    """Peak resident bytes of this process. VmHWM, not ru_maxrss: on Linux a child's ru_maxrss starts at its
-    parent's peak (exec keeps the old mm's high-water mark), which would corrupt per-budget subprocesses."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    from edge_spec.runtime.memory import peak_rss as ru_peak
+    """Peak resident bytes of this process (VmHWM on Linux: a child's ru_maxrss would start at its parent's)."""
+    from edge_spec.runtime.memory import peak_rss as runtime_peak
 
-    return ru_peak()
+    return runtime_peak()
 
 
 def _prompt_text(engine: Any, category: str, text: str) -> str:
