@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -188,6 +189,10 @@ class Engine:
                     finish = "stop_string"
                     yield StreamEvent(text[emitted:cut], tuple(step.tokens), tuple(step.from_drafter), finish)
                     return
+                if step.finish == "context_full":
+                    warnings.warn(f"Generation stopped because the context is full ({dec.capacity} tokens, the "
+                                  "plan's max_context); call reset() or load with a larger memory_budget or "
+                                  "max_context.", RuntimeWarning, stacklevel=2)
                 if step.finish:
                     detok.flush()
                     text = detok.text
