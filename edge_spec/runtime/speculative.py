@@ -91,6 +91,10 @@ class Decoder:
             pending = np.concatenate((pending, extra))  # <= max_rows ints
         return model.forward(pending)[-(len(extra) + 1):]
 
+    def backlog(self) -> int:
+        """Most committed tokens a model has yet to see (1 normally, 2 after an all-accepted step)."""
+        return max(self.n - m.length for m in (self.target, self.drafter) if m is not None)
+
     # -- one step ------------------------------------------------------------------------
     def draft(self, gamma: int, cfg: SamplingConfig, rng: np.random.Generator, threshold: float) -> int:
         """Fill ``self.drafts[:g]`` (and q rows); returns g <= gamma."""
@@ -176,10 +180,11 @@ def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, rng: n
                 yield Step([], [], 0, 0, "context_full")
                 return
             gamma = 0 if policy is None else min(policy.next_gamma(), room, max_new_tokens - made - 1)
+            timed = dec.backlog() <= 2  # a step that also prefills a prompt says nothing about step costs
             g = dec.draft(gamma, cfg, rng, threshold)
             accepted, nxt = dec.verify(g, cfg, rng)
             step = dec.accept(g, accepted, nxt, stop_ids, max_new_tokens - made)
-            if policy is not None:
+            if policy is not None and timed:
                 policy.update(g, accepted, dec.t_draft, dec.t_verify, dec.drafter_passes)
             made += len(step.tokens)
             yield step
