@@ -50,13 +50,31 @@ def probs(logits: np.ndarray, cfg: SamplingConfig, out: np.ndarray | None = None
     out /= out.sum(axis=-1, keepdims=True)
     if cfg.top_p < 1.0:
         for row in out:
-            desc = np.sort(row)[::-1]  # a value sort is ~2x cheaper than argsort; ties are cut together
-            cum = np.cumsum(desc)
-            # keep the smallest prefix whose mass reaches top_p, plus every token tied with its last one
-            cut = desc[min(int(np.searchsorted(cum, cfg.top_p * cum[-1])), len(desc) - 1)]
+            cut = _nucleus_cut(row, cfg.top_p)
             row[row < cut] = 0.0
             row /= row.sum()
     return out
+
+
+def _nucleus_cut(row: np.ndarray, top_p: float) -> float:
+    """The smallest probability kept by top-p: the nucleus is the shortest prefix of the
+    descending order whose mass reaches top_p (every token tied with its last one is kept).
+
+    Nuclei are usually short, so partition out the top m (O(V)) and sort only those, doubling m
+    until they hold the mass; a full sort of the vocabulary is the fallback."""
+    n = len(row)
+    target = top_p * float(row.sum())
+    m = 64
+    while m < n // 4:
+        top = np.partition(row, n - m)[n - m:]
+        desc = np.sort(top)[::-1]
+        cum = np.cumsum(desc, dtype=np.float64)
+        if cum[-1] >= target:
+            return float(desc[min(int(np.searchsorted(cum, target)), m - 1)])
+        m *= 4
+    desc = np.sort(row)[::-1]
+    cum = np.cumsum(desc, dtype=np.float64)
+    return float(desc[min(int(np.searchsorted(cum, target)), n - 1)])
 
 
 _BLOCK = 128
