@@ -19,6 +19,7 @@ are written past the cursor and rolled back, so the plan reserves no per-candida
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -180,4 +181,4 @@ def plan_memory(m: Manifest, budget: int | None, baseline: int, *, max_context: 
                       items[:2] + _kv_items(m, "ar", min_ctx) + items[2:] if b)
     raise BudgetError(f"A memory budget of {budget / MiB:.1f} MiB cannot run this bundle: the smallest plan "
                       f"(target only, {min_ctx}-token context) needs {need / MiB:.1f} MiB ({parts}); "
-                      f"raise memory_budget to at least {need / MiB:.0f} MiB ({need / 1e6:.0f} MB).")
+                      f"raise memory_budget to at least {math.ceil(need / MiB)} MiB ({math.ceil(need / 1e6)} MB).")
