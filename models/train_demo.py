@@ -35,6 +35,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus as corpus_mod  # noqa: E402
+import model_card  # noqa: E402
 
 SEQ_LEN = 256
 BATCH = 16
@@ -206,6 +207,11 @@ def greedy_agreement(target: LlamaForCausalLM, drafter: LlamaForCausalLM,
     return hits / max(total, 1)
 
 
+def compute_params(model: LlamaForCausalLM) -> int:
+    """Weights multiplied per token: everything but the embedding lookup (LM head included)."""
+    return sum(p.numel() for n, p in model.named_parameters() if "embed_tokens" not in n)
+
+
 def fp16_roundtrip(model: LlamaForCausalLM) -> None:
     """Apply the precision the weights are committed in, so measurements match the files."""
     with torch.no_grad():
@@ -224,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--distill-steps", type=int)
     ap.add_argument("--distill-prompts", type=int, default=1024, help="target generations used for distillation")
     ap.add_argument("--max-files", type=int, help="use only the first N corpus files (tests)")
+    ap.add_argument("--heldout", type=int, default=64, help="held-out chat prompts for the agreement measurement")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -235,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_files:
         corpus = corpus_mod.Corpus(corpus.files[: args.max_files], corpus.sha256,
                                    corpus.code_docs[: args.max_files], corpus.chat_pairs[: 20 * args.max_files])
-    train_pairs, held_pairs = corpus_mod.split_pairs(corpus, n_heldout=64, seed=args.seed)
+    train_pairs, held_pairs = corpus_mod.split_pairs(corpus, n_heldout=args.heldout, seed=args.seed)
     docs = corpus_mod.training_documents(corpus, train_pairs, args.seed)
     log(f"corpus: {len(corpus.files)} files, {len(corpus.chat_pairs)} chat pairs, sha256 {corpus.sha256[:16]}")
 
@@ -294,10 +301,12 @@ def main(argv: list[str] | None = None) -> int:
         "corpus": {"files": len(corpus.files), "chat_pairs": len(corpus.chat_pairs),
                    "sha256": corpus.sha256, "tokens": int(len(stream)),
                    "python": platform.python_version()},
-        "target": {"params": sum(p.numel() for p in target.parameters()), "steps": t_steps,
+        "target": {"params": sum(p.numel() for p in target.parameters()),
+                   "compute_params": compute_params(target), "steps": t_steps,
                    "train_seconds": round(t_time), "train_loss": round(t_loss, 3),
                    "val_loss": round(eval_loss(target, val_stream, 99), 3), **TARGET_SHAPE},
-        "drafter": {"params": sum(p.numel() for p in drafter.parameters()), "steps": d_steps,
+        "drafter": {"params": sum(p.numel() for p in drafter.parameters()),
+                    "compute_params": compute_params(drafter), "steps": d_steps,
                     "distill_steps": k_steps, "train_seconds": round(d_time + gen_time + k_time),
                     "pretrain_loss": round(d_loss, 3), "distill_loss": round(k_loss, 3),
                     "val_loss": round(eval_loss(drafter, val_stream, 99), 3), **DRAFTER_SHAPE},
@@ -313,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         write_hf_tokenizer_files(d, tok)
     (args.out / "training.json").write_text(json.dumps(results, indent=2) + "\n")
     (args.out / "corpus_files.txt").write_text("\n".join(corpus.files) + "\n")
+    (args.out / "MODEL_CARD.md").write_text(model_card.render(results))
     log(f"done: {json.dumps(results)}")
     return 0
 
