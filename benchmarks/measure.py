@@ -1,7 +1,7 @@
 """Run one system in its own process and bring back its timings and peak memory.
 
 Every system (edge-spec, ORT GenAI, transformers) is measured in a fresh child process, so
-its peak RSS is its own: ``ru_maxrss`` of the child, plus the RSS right after imports
+its peak RSS is its own: VmHWM of the child, plus the RSS right after imports
 (``rss_baseline``) so the runtime's own footprint can be told apart from the interpreter's.
 
 Parent side: :func:`measure(spec)`. Child side: ``python benchmarks/measure.py`` reads the
@@ -35,13 +35,23 @@ def rss_bytes() -> int:
 
 
 def peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    """Peak RSS of this process: VmHWM. Not ``ru_maxrss``: Linux keeps it across exec, so a child
+    started from a large parent (run_all holds torch models) would report the parent's peak."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 def measure(spec: dict[str, Any], timeout: float = 1800) -> dict[str, Any]:
     """Run ``spec`` in a child process; returns its result dict, or ``{"error": ...}``."""
     env = dict(os.environ)
     env.setdefault("PYTHONHASHSEED", "0")
+    env.update(spec.get("env") or {})
     env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), str(HERE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     try:
         proc = subprocess.run([sys.executable, str(HERE / "measure.py")], input=json.dumps(spec), text=True,

@@ -79,8 +79,13 @@ def _ort_genai_worker(spec: dict[str, Any]) -> dict[str, Any]:
     baseline = rss_bytes()
     k = spec.get("k")
     config = og.Config(spec["model"])
+    so: dict[str, Any] = {}
     if spec.get("threads"):
-        so = {"session_options": {"intra_op_num_threads": int(spec["threads"])}}
+        so["intra_op_num_threads"] = int(spec["threads"])
+    if spec.get("no_spin"):  # unknown session_options keys become ORT session config entries
+        so["session.intra_op.allow_spinning"] = "0"
+    if so:
+        so = {"session_options": so}
         config.overlay(json.dumps({"model": {"decoder": so, **({"draft": so} if k else {})}}))
     model = og.Model(config)
     after_load = rss_bytes()

@@ -21,8 +21,9 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
-def best_ort_spec(systems: dict[str, Any], temp: str = "T=0") -> str | None:
-    names = [n for n in systems if n.startswith("ort_genai_spec") and n.endswith(temp) and _tps(systems, n)]
+def best_of(systems: dict[str, Any], prefix: str, temp: str = "T=0") -> str | None:
+    """The fastest measured system whose name starts with ``prefix`` (any k, spinning on or off)."""
+    names = [n for n in systems if n.startswith(prefix) and n.endswith(" " + temp) and _tps(systems, n)]
     return max(names, key=lambda n: _tps(systems, n)) if names else None
 
 
@@ -42,6 +43,23 @@ def theory(sd: dict[str, Any], ar: dict[str, Any], draft_ms: float | None) -> di
             "share_of_theory": measured / th if measured else None}
 
 
+def same_greedy(results: dict[str, Any]) -> dict[str, Any] | None:
+    """Do the demo and bench targets' int4 graphs produce the same greedy tokens (ORT GenAI AR, first repeat)?"""
+    pairs = results["pairs"]
+    if "demo" not in pairs or "bench" not in pairs:
+        return None
+    a = (pairs["demo"]["systems"].get(ORT_AR) or {}).get("runs") or []
+    b = (pairs["bench"]["systems"].get(ORT_AR) or {}).get("runs") or []
+    ta = {r["prompt"]: r["token_ids"] for r in a if "token_ids" in r}
+    tb = {r["prompt"]: r["token_ids"] for r in b if "token_ids" in r}
+    rows = []
+    for i in sorted(set(ta) & set(tb)):
+        x, y = ta[i], tb[i]
+        first = next((j for j, (u, v) in enumerate(zip(x, y)) if u != v), None)
+        rows.append({"prompt": i, "identical": x == y, "first_difference": first, "tokens": min(len(x), len(y))})
+    return {"prompts": rows, "identical": sum(r["identical"] for r in rows), "of": len(rows)}
+
+
 def analyse(results: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     bw = results["bandwidth"]["bytes_per_s"]
@@ -55,31 +73,38 @@ def analyse(results: dict[str, Any]) -> dict[str, Any]:
             a["ar_ceiling_tokens_per_s"] = bandwidth.ar_ceiling(bw, sizes["weight_bytes"], sizes["kv_bytes_per_token"],
                                                                 ctx)
             a["bytes_per_token"] = bandwidth.bytes_per_token(sizes["weight_bytes"], sizes["kv_bytes_per_token"], ctx)
-        ort_spec = best_ort_spec(s)
-        a["ort_best_spec"] = ort_spec
+        ort_spec, ort_ar = best_of(s, "ort_genai_spec"), best_of(s, "ort_genai_ar") or ORT_AR
+        a["ort_best_spec"], a["ort_best_ar"] = ort_spec, ort_ar
         if ort_spec:
             st = s[ort_spec].get("spec_stats") or {}
             dms = st.get("total_draft_ms", 0) / st["draft_forward_passes"] if st.get("draft_forward_passes") else None
-            a["ort_theory"] = theory(s[ort_spec], s.get(ORT_AR, {}), dms)
+            a["ort_theory"] = theory(s[ort_spec], s.get(ort_ar, {}), dms)
         if _tps(s, EDGE_SD):
             a["edge_theory"] = theory(s[EDGE_SD], s.get(EDGE_AR, {}), s[EDGE_SD].get("drafter_ms_per_token"))
+        fixed = best_of(s, "edge_spec_sd trimmed gamma=")
+        if fixed:
+            a["edge_fixed_gamma_theory"] = theory(s[fixed], s.get(EDGE_AR, {}), s[fixed].get("drafter_ms_per_token"))
         a["ratios"] = {
             "edge SD / edge AR (greedy)": _ratio(_tps(s, EDGE_SD), _tps(s, EDGE_AR)),
             "edge SD / ORT GenAI speculative (greedy, best k)": _ratio(_tps(s, EDGE_SD), _tps(s, ort_spec or "")),
-            "edge AR / ORT GenAI AR (greedy)": _ratio(_tps(s, EDGE_AR), _tps(s, ORT_AR)),
+            "edge AR / ORT GenAI AR (greedy, best config)": _ratio(_tps(s, EDGE_AR), _tps(s, ort_ar)),
             "trimmed / untrimmed drafter (edge SD greedy)": _ratio(_tps(s, EDGE_SD), _tps(s, EDGE_SD_UNTRIMMED)),
             "edge SD share of theoretical speedup": (a.get("edge_theory") or {}).get("share_of_theory"),
-            "ORT GenAI speculative / ORT GenAI AR (greedy)": _ratio(_tps(s, ort_spec or ""), _tps(s, ORT_AR)),
+            "ORT GenAI speculative / ORT GenAI AR (greedy, best configs)":
+                _ratio(_tps(s, ort_spec or ""), _tps(s, ort_ar)),
             "transformers assisted / transformers AR": _ratio(_tps(s, "hf_assisted T=0"), _tps(s, "hf_ar T=0")),
-            "ORT GenAI AR / AR ceiling": _ratio(_tps(s, ORT_AR), a.get("ar_ceiling_tokens_per_s")),
+            "ORT GenAI AR / AR ceiling": _ratio(_tps(s, ort_ar), a.get("ar_ceiling_tokens_per_s")),
+            "edge AR / AR ceiling": _ratio(_tps(s, EDGE_AR), a.get("ar_ceiling_tokens_per_s")),
         }
         sweep = pr.get("budget_sweep") or []
         fitted = [p for p in sweep if p.get("budget") and "peak_rss" in p and "refused" not in p]
         a["sweep_all_within_budget"] = all(p["peak_rss"] <= p["budget"] for p in fitted) if fitted else None
         out[pair] = a
+    out["greedy_demo_vs_bench_int4"] = same_greedy(results)
     bench = out.get("bench", {}).get("ratios", {})
     targets = [("edge SD / edge AR (greedy)", 2.5), ("edge SD / ORT GenAI speculative (greedy, best k)", 1.3),
-               ("edge AR / ORT GenAI AR (greedy)", 0.95), ("trimmed / untrimmed drafter (edge SD greedy)", 1.15),
+               ("edge AR / ORT GenAI AR (greedy, best config)", 0.95),
+               ("trimmed / untrimmed drafter (edge SD greedy)", 1.15),
                ("edge SD share of theoretical speedup", 0.90)]
     claims = [{"claim": f"{name} >= {goal}", "value": bench.get(name),
                "met": None if bench.get(name) is None else bench[name] >= goal} for name, goal in targets]
@@ -177,6 +202,14 @@ def markdown(results: dict[str, Any], pngs: list[Path]) -> str:
         lines += [f"Bench target vs demo target (torch fp32): max |Δlogit| {chk['max_abs_logit_diff']:.2e}, "
                   f"greedy continuations equal: {_f(chk['greedy_equal'])}; parameters "
                   f"{chk['parameters']['bench'] / 1e6:.1f} M (demo {chk['parameters']['source'] / 1e6:.1f} M)", ""]
+    same = results["analysis"].get("greedy_demo_vs_bench_int4")
+    if same:
+        firsts = [r["first_difference"] for r in same["prompts"] if r["first_difference"] is not None]
+        lines += [f"Bench vs demo target, int4 graphs (ORT GenAI greedy): {same['identical']}/{same['of']} prompts "
+                  "give identical tokens" + (f"; first differences at tokens {firsts}" if firsts else ""), ""]
+    hashes = env.get("model_hashes")
+    if hashes:
+        lines += ["Weights: " + ", ".join(f"{k} {v}" for k, v in hashes.items()), ""]
     for pair, pr in results["pairs"].items():
         an = results["analysis"].get(pair, {})
         lines += [f"### {pair} target ({pr['peer_graphs']})", "",
@@ -194,10 +227,11 @@ def markdown(results: dict[str, Any], pngs: list[Path]) -> str:
                          f"{_f((r.get('peak_rss') or 0) / MiB, '{:.0f}')} |")
         lines += ["", "| ratio (same run) | value |", "|---|---:|"]
         lines += [f"| {k} | {_f(val, '{:.2f}')} |" for k, val in an.get("ratios", {}).items()]
-        for who in ("edge_theory", "ort_theory"):
+        for who in ("edge_theory", "edge_fixed_gamma_theory", "ort_theory"):
             th = an.get(who)
             if th:
-                lines.append(f"\n{who.split('_')[0]} theory: α={th['alpha']:.2f}, γ={th['gamma']}, c={th['c']:.3f}, "
+                label = who.replace("_theory", "").replace("_", " ")
+                lines.append(f"\n{label} theory: α={th['alpha']:.2f}, γ={th['gamma']}, c={th['c']:.3f}, "
                              f"E={th['expected_tokens']:.2f}, theoretical speedup {th['theoretical_speedup']:.2f}×, "
                              f"measured {_f(th['measured_speedup'], '{:.2f}')}×")
         sweep = pr.get("budget_sweep")

@@ -165,23 +165,34 @@ def run_pair(pair: str, target_hf: Path, work: Path, args: argparse.Namespace, i
         msg = r.get("error") or r.get("refused") or f"{r.get('tokens_per_s', 0):.1f} tok/s"
         log(f"{pair}: {name}: {msg}")
 
+    ort = {"module": "peers", "system": "ort_genai"}
     for temp in (0.0, 0.7):
         t = f"T={temp:g}"
-        run(f"ort_genai_ar {t}", {"module": "peers", "system": "ort_genai", "model": str(dirs["target"]),
-                                  "temperature": temp})
+        # ORT GenAI with its defaults, and with intra-op spinning off (what edge-spec's sessions use; much
+        # faster on a busy 2-core machine): the comparisons use whichever is faster.
+        for spin, tag in ((False, ""), (True, "nospin ")):
+            run(f"ort_genai_ar {tag}{t}", {**ort, "model": str(dirs["target"]), "temperature": temp, "no_spin": spin})
         ks = args.gammas if temp == 0 else [best_k(systems, args.gammas)]
         for k in ks:
-            run(f"ort_genai_spec k={k} {t}", {"module": "peers", "system": "ort_genai", "k": k, "temperature": temp,
-                                             "model": str(dirs["composites"][k])})
+            run(f"ort_genai_spec nospin k={k} {t}", {**ort, "k": k, "temperature": temp, "no_spin": True,
+                                                    "model": str(dirs["composites"][k])})
+        k = best_k(systems, args.gammas)
+        run(f"ort_genai_spec k={k} {t}", {**ort, "k": k, "temperature": temp, "model": str(dirs["composites"][k])})
         if isinstance(bundles, dict):
             for variant in ("trimmed", "untrimmed"):
                 run(f"edge_spec_sd {variant} {t}", {"module": "edge", "bundle": str(bundles[variant]),
                                                    "speculative": True, "temperature": temp})
+            if temp == 0:  # a fixed draft length, so the theory has one gamma to compare with
+                run(f"edge_spec_sd trimmed gamma={args.fixed_gamma} {t}",
+                    {"module": "edge", "bundle": str(bundles["trimmed"]), "speculative": True, "temperature": temp,
+                     "gamma": args.fixed_gamma})
             run(f"edge_spec_ar {t}", {"module": "edge", "bundle": str(bundles["trimmed"]), "speculative": False,
                                       "temperature": temp})
-    if not args.skip_hf:
-        run("hf_ar T=0", {"module": "peers", "system": "hf", "model": str(target_hf)})
-        run("hf_assisted T=0", {"module": "peers", "system": "hf", "model": str(target_hf), "draft": str(DEMO_DRAFTER)})
+    if not args.skip_hf and not (args.quick and pair == "bench"):
+        # OpenMP threads sleep instead of spinning, like the ORT sessions with spinning off
+        hf = {"module": "peers", "system": "hf", "model": str(target_hf), "env": {"OMP_WAIT_POLICY": "PASSIVE"}}
+        run("hf_ar T=0", hf)
+        run("hf_assisted T=0", {**hf, "draft": str(DEMO_DRAFTER)})
     if pair == "bench" and isinstance(bundles, dict) and not args.skip_sweep:
         res["budget_sweep"] = budget_sweep(bundles["trimmed"], base, args)
     res["sizes"] = bandwidth.model_bytes_from_dir(Path(dirs["target"]))
@@ -189,7 +200,7 @@ def run_pair(pair: str, target_hf: Path, work: Path, args: argparse.Namespace, i
 
 
 def best_k(systems: dict[str, Any], gammas: list[int]) -> int:
-    scored = [(systems.get(f"ort_genai_spec k={k} T=0", {}).get("tokens_per_s") or 0, k) for k in gammas]
+    scored = [(systems.get(f"ort_genai_spec nospin k={k} T=0", {}).get("tokens_per_s") or 0, k) for k in gammas]
     return max(scored)[1]
 
 
@@ -239,6 +250,7 @@ def environment(args: argparse.Namespace) -> dict[str, Any]:
             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "versions": versions, "python": platform.python_version(), "cpu": cpu, "cores": os.cpu_count(),
             "load_average_at_start": os.getloadavg(), "git": git.stdout.strip(),
+            "model_hashes": {"demo_target": dir_hash(DEMO_TARGET), "demo_drafter": dir_hash(DEMO_DRAFTER)},
             "settings": {k: v for k, v in vars(args).items() if k not in ("work", "results")}}
 
 
@@ -249,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2, help="intra-op threads for every system (torch too)")
     ap.add_argument("--gammas", type=int, nargs="+", default=[2, 4, 6, 8], help="ORT GenAI max_draft_tokens tried")
+    ap.add_argument("--fixed-gamma", type=int, default=4, help="edge-spec SD run with a fixed draft length too")
     ap.add_argument("--pairs", nargs="+", default=["demo", "bench"], choices=["demo", "bench"])
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--skip-sweep", action="store_true")
