@@ -28,6 +28,7 @@ def manifest(trim: bool = True) -> Manifest:
 
 
 BASE = 50 * MiB
+ATTN = 4 * PREFILL_CHUNK * 4  # attention scores per context token: heads x rows x 4 B
 
 
 def fixed_spec(gamma: int = 8) -> int:
@@ -50,7 +51,7 @@ def test_parse_budget():
 
 def test_plan_exact_arithmetic_and_context_choice():
     m = manifest()
-    per_token = 6144 + 1024
+    per_token = 6144 + 1024 + ATTN
     budget = fixed_spec() + 1000 * per_token + 123
     plan = plan_memory(m, budget, BASE)
     assert plan.mode == "speculative" and plan.draft_length == 8
@@ -60,6 +61,7 @@ def test_plan_exact_arithmetic_and_context_choice():
     assert items["target KV cache (1000 tokens x 6144 B)"] == 1000 * 6144
     assert items["drafter KV cache (1000 tokens x 1024 B)"] == 1000 * 1024
     assert items["target logits buffer (16 x 8192)"] == 16 * 8192 * 4
+    assert items[f"attention scores of the largest pass at full context (1000 tokens x {ATTN} B)"] == 1000 * ATTN
     assert "speculative decoding with the drafter model" in plan.describe()
     # without a budget the context is the model's maximum
     assert plan_memory(m, None, BASE).max_context == 2048
@@ -74,7 +76,7 @@ def test_context_is_capped_by_user_and_model():
 def test_ladder_drafter_then_lookup_then_refusal():
     m = manifest()
     # too small for the drafter with a minimal context, enough for the target alone
-    budget = fixed_spec(1) + MIN_CONTEXT * (6144 + 1024) - 1  # gamma = 1 is the smallest drafter plan
+    budget = fixed_spec(1) + MIN_CONTEXT * (6144 + 1024 + ATTN) - 1  # gamma = 1 is the smallest drafter plan
     plan = plan_memory(m, budget, BASE)
     assert plan.mode == "lookup" and plan.draft_length == 8
     assert any("prompt lookup" in n for n in plan.notes)
@@ -82,7 +84,8 @@ def test_ladder_drafter_then_lookup_then_refusal():
     assert plan.max_context >= MIN_CONTEXT
     # the lower bound: target only, minimal context
     t_rows = PREFILL_CHUNK
-    bound = BASE + 100 * MiB + MIN_CONTEXT * 6144 + t_rows * 8192 * 4 + 2 * t_rows * 8192 * 4 + WS[16] + SLACK_BYTES
+    bound = (BASE + 100 * MiB + MIN_CONTEXT * (6144 + ATTN) + t_rows * 8192 * 4 + 2 * t_rows * 8192 * 4
+             + WS[16] + SLACK_BYTES)
     assert plan_memory(m, bound, BASE, drafting="none").mode == "ar"
     with pytest.raises(BudgetError) as err:
         plan_memory(m, bound - 1, BASE)

@@ -10,7 +10,8 @@ Resident bytes of a generation, as we account them:
 * sampling scratch: probabilities for the target rows and the drafter's gamma rows, twice
   (numpy temporaries of the same size live briefly during a transform);
 * workspace: the measured peak of one forward pass of k tokens. Passes run one after another,
-  so only the largest of them counts, not their sum;
+  so only the largest of them counts, not their sum; plus the attention scores of that pass,
+  which grow with context (heads x rows x context x 4 B) and were measured at a 1-token past;
 * slack: small Python objects and allocator rounding.
 
 Rejected drafts cost nothing extra: the KV buffers hold ``max_context`` positions and drafts
@@ -112,10 +113,22 @@ def _layout(m: Manifest, mode: str, gamma: int, chunk: int,
         scratch += gamma * d.vocab_size * 4 + (m.vocab_trim.kept * 4 if m.vocab_trim else 0)
         work.append(d.workspace_for(d_rows))
     items = [(w, b) for w, b in items if "KV cache" not in w]
+    per_token += _attention_per_token(m, mode, t_rows, d_rows)
     items.append(("sampling scratch (probabilities, x2 for temporaries)", 2 * scratch))
     items.append(("largest forward-pass workspace (passes run one at a time)", max(work)))
     items.append(("slack (small Python objects, allocator rounding)", SLACK_BYTES))
     return items, per_token, t_rows, d_rows
+
+
+def _attention_per_token(m: Manifest, mode: str, t_rows: int, d_rows: int) -> int:
+    """Attention scores of the largest pass grow with context: heads x rows x context x 4 B.
+
+    The export measures workspace with a 1-token past, so this part is added per context token
+    (the larger of the two models: passes run one at a time)."""
+    per = m.target.num_attention_heads * t_rows * 4
+    if mode == "speculative":
+        per = max(per, m.drafter.num_attention_heads * d_rows * 4)
+    return per
 
 
 def _kv_items(m: Manifest, mode: str, ctx: int) -> list[tuple[str, int]]:
@@ -123,6 +136,8 @@ def _kv_items(m: Manifest, mode: str, ctx: int) -> list[tuple[str, int]]:
     if mode == "speculative":
         d = m.drafter
         out.append((f"drafter KV cache ({ctx} tokens x {d.kv_bytes_per_token} B)", ctx * d.kv_bytes_per_token))
+    per = _attention_per_token(m, mode, PREFILL_CHUNK, PREFILL_CHUNK)  # rows: gamma + 1 <= the chunk
+    out.append((f"attention scores of the largest pass at full context ({ctx} tokens x {per} B)", ctx * per))
     return out
 
 
