@@ -55,6 +55,7 @@ def ort_composite(target_dir: Path, draft_dir: Path, out: Path, max_draft_tokens
     tcfg = json.loads((target_dir / "genai_config.json").read_text())
     if draft_block is None:
         draft_block = json.loads((draft_dir / "genai_config.json").read_text())["model"]["decoder"]
+    draft_block = copy.deepcopy(draft_block)  # filename is rewritten below; the caller's dict stays as it was
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     cfg = copy.deepcopy(tcfg)

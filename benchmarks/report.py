@@ -60,6 +60,20 @@ def same_greedy(results: dict[str, Any]) -> dict[str, Any] | None:
     return {"prompts": rows, "identical": sum(r["identical"] for r in rows), "of": len(rows)}
 
 
+def greedy_agreement(systems: dict[str, Any], reference: str = ORT_AR) -> dict[str, str]:
+    """For every greedy system: on how many prompts its tokens equal ``reference``'s (same graph, first repeat)."""
+    ref = {r["prompt"]: r["token_ids"] for r in (systems.get(reference) or {}).get("runs", []) if "token_ids" in r}
+    out = {}
+    for name, r in systems.items():
+        if name == reference or not name.endswith(" T=0") or name.startswith("hf_"):
+            continue
+        mine = {x["prompt"]: x["token_ids"] for x in r.get("runs", []) if "token_ids" in x}
+        common = sorted(set(ref) & set(mine))
+        if common:
+            out[name] = f"{sum(ref[i] == mine[i] for i in common)}/{len(common)}"
+    return out
+
+
 def analyse(results: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     bw = results["bandwidth"]["bytes_per_s"]
@@ -98,6 +112,7 @@ def analyse(results: dict[str, Any]) -> dict[str, Any]:
         }
         sweep = pr.get("budget_sweep") or []
         fitted = [p for p in sweep if p.get("budget") and "peak_rss" in p and "refused" not in p]
+        a["greedy_tokens_equal_to_ort_genai_ar"] = greedy_agreement(s)
         a["sweep_all_within_budget"] = all(p["peak_rss"] <= p["budget"] for p in fitted) if fitted else None
         out[pair] = a
     out["greedy_demo_vs_bench_int4"] = same_greedy(results)
@@ -227,6 +242,10 @@ def markdown(results: dict[str, Any], pngs: list[Path]) -> str:
                          f"{_f((r.get('peak_rss') or 0) / MiB, '{:.0f}')} |")
         lines += ["", "| ratio (same run) | value |", "|---|---:|"]
         lines += [f"| {k} | {_f(val, '{:.2f}')} |" for k, val in an.get("ratios", {}).items()]
+        agree = an.get("greedy_tokens_equal_to_ort_genai_ar")
+        if agree:
+            lines.append("\nGreedy tokens identical to ORT GenAI AR on the same graph (prompts): "
+                         + ", ".join(f"{k.removesuffix(' T=0')} {v}" for k, v in agree.items()))
         for who in ("edge_theory", "edge_fixed_gamma_theory", "ort_theory"):
             th = an.get(who)
             if th:
@@ -242,14 +261,16 @@ def markdown(results: dict[str, Any], pngs: list[Path]) -> str:
                 b = q.get("budget")
                 lines.append(f"| {_f(b / MiB if b else None, '{:.0f}')} | {_f(q.get('tokens_per_s'))} | "
                              f"{_f((q.get('peak_rss') or 0) / MiB, '{:.0f}')} | "
-                             f"{_f(q['peak_rss'] <= b) if b and q.get('peak_rss') else '–'} | "
+                             f"{_f(q['peak_rss'] <= b) if b and q.get('tokens_per_s') else '–'} | "
                              f"{(q.get('refused') or q.get('error') or '')[:90]} |")
         lines.append("")
     lines += ["### Targets (bench target)", "", "| claim | value | met |", "|---|---:|---|"]
     for c in results["analysis"].get("claims_bench_target", []):
         val = _f(c["value"]) if isinstance(c["value"], bool) else _f(c["value"], "{:.2f}")
         lines.append(f"| {c['claim']} | {val} | {_f(c['met']) if c['met'] is not None else 'not measured'} |")
-    lines += [""] + [f"![{p.stem}](benchmarks/results/{p.name})" for p in pngs] + [""]
+    root = Path(__file__).resolve().parent.parent
+    lines += [""] + [f"![{p.stem}]({p.resolve().relative_to(root) if p.resolve().is_relative_to(root) else p})"
+                     for p in pngs] + [""]
     return "\n".join(lines)
 
 

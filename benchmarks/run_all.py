@@ -190,7 +190,8 @@ def run_pair(pair: str, target_hf: Path, work: Path, args: argparse.Namespace, i
                                       "temperature": temp})
     if not args.skip_hf and not (args.quick and pair == "bench"):
         # OpenMP threads sleep instead of spinning, like the ORT sessions with spinning off
-        hf = {"module": "peers", "system": "hf", "model": str(target_hf), "env": {"OMP_WAIT_POLICY": "PASSIVE"}}
+        hf = {"module": "peers", "system": "hf", "model": str(target_hf), "env": {"OMP_WAIT_POLICY": "PASSIVE"},
+              "repeats": min(args.repeats, args.hf_repeats)}
         run("hf_ar T=0", hf)
         run("hf_assisted T=0", {**hf, "draft": str(DEMO_DRAFTER)})
     if pair == "bench" and isinstance(bundles, dict) and not args.skip_sweep:
@@ -264,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fixed-gamma", type=int, default=4, help="edge-spec SD run with a fixed draft length too")
     ap.add_argument("--pairs", nargs="+", default=["demo", "bench"], choices=["demo", "bench"])
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--hf-repeats", type=int, default=1, help="repeats for transformers (slow on CPU)")
     ap.add_argument("--skip-sweep", action="store_true")
     ap.add_argument("--sweep-points", type=int, default=8)
     ap.add_argument("--sweep-factor", type=float, default=0.85)
@@ -299,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     stem = "quick" if args.quick else "latest"
     args.results.mkdir(parents=True, exist_ok=True)
     path = args.results / f"{stem}.json"
-    path.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    path.write_text(json.dumps(results, separators=(",", ":"), default=str) + "\n")
     pngs = report.plots(results, args.results, stem)
     md = report.markdown(results, pngs)
     (args.results / f"{stem}.md").write_text(md)
