@@ -27,8 +27,22 @@ def best_of(systems: dict[str, Any], prefix: str, temp: str = "T=0") -> str | No
     return max(names, key=lambda n: _tps(systems, n)) if names else None
 
 
+def verify_ms(sd: dict[str, Any]) -> float | None:
+    """Mean wall time of one target (verify) pass, from the system's own counters."""
+    st = sd.get("spec_stats")
+    if st and st.get("rounds"):
+        return st["total_target_ms"] / st["rounds"]
+    es = sd.get("engine_stats")
+    if es and es.get("target_passes"):
+        return 1e3 * es["target_seconds"] / es["target_passes"]  # includes the prefill: a slight overestimate
+    return None
+
+
 def theory(sd: dict[str, Any], ar: dict[str, Any], draft_ms: float | None) -> dict[str, Any] | None:
-    """α from measured tokens per target pass, c = drafter step / target AR step, speedup = E/(γc+1)."""
+    """α from measured tokens per target pass, c = drafter step / target AR step, speedup = E/(γc+1).
+
+    Also the verify-aware version E/(γc + v), v = measured verify pass / AR step: on CPU a
+    (γ+1)-token pass costs more than one step (GUIDE §3), which the textbook formula ignores."""
     gamma, tpp = sd.get("gamma"), sd.get("tokens_per_target_pass")
     ar_step_ms = 1e3 / ar["decode_tokens_per_s"] if ar.get("decode_tokens_per_s") else None
     if not gamma or not tpp or not draft_ms or not ar_step_ms:
@@ -38,9 +52,14 @@ def theory(sd: dict[str, Any], ar: dict[str, Any], draft_ms: float | None) -> di
     c = draft_ms / ar_step_ms
     th = bandwidth.theoretical_speedup(alpha, g, c)
     measured = _ratio(sd.get("tokens_per_s"), ar.get("tokens_per_s"))
+    vms = verify_ms(sd)
+    v = vms / ar_step_ms if vms else None
+    th_v = bandwidth.expected_tokens(alpha, g) / (g * c + v) if v else None
     return {"gamma": g, "alpha": alpha, "c": c, "expected_tokens": bandwidth.expected_tokens(alpha, g),
             "theoretical_speedup": th, "measured_speedup": measured,
-            "share_of_theory": measured / th if measured else None}
+            "share_of_theory": measured / th if measured else None,
+            "verify_cost_in_steps": v, "verify_aware_speedup": th_v,
+            "share_of_verify_aware": measured / th_v if measured and th_v else None}
 
 
 def same_greedy(results: dict[str, Any]) -> dict[str, Any] | None:
@@ -113,6 +132,16 @@ def analyse(results: dict[str, Any]) -> dict[str, Any]:
         sweep = pr.get("budget_sweep") or []
         fitted = [p for p in sweep if p.get("budget") and "peak_rss" in p and "refused" not in p]
         a["greedy_tokens_equal_to_ort_genai_ar"] = greedy_agreement(s)
+        oracle = pr.get("oracle") or {}
+        if oracle and "skipped" not in oracle:
+            a["oracle_theory"] = {}
+            for name, r in oracle.items():
+                if name.startswith("edge"):
+                    a["oracle_theory"][name] = theory(r, s.get(EDGE_AR, {}), r.get("drafter_ms_per_token"))
+                else:
+                    st = r.get("spec_stats") or {}
+                    dms = st["total_draft_ms"] / st["draft_forward_passes"] if st.get("draft_forward_passes") else None
+                    a["oracle_theory"][name] = theory(r, s.get(ort_ar, {}), dms)
         a["sweep_all_within_budget"] = all(p["peak_rss"] <= p["budget"] for p in fitted) if fitted else None
         out[pair] = a
     out["greedy_demo_vs_bench_int4"] = same_greedy(results)
@@ -252,7 +281,26 @@ def markdown(results: dict[str, Any], pngs: list[Path]) -> str:
                 label = who.replace("_theory", "").replace("_", " ")
                 lines.append(f"\n{label} theory: α={th['alpha']:.2f}, γ={th['gamma']}, c={th['c']:.3f}, "
                              f"E={th['expected_tokens']:.2f}, theoretical speedup {th['theoretical_speedup']:.2f}×, "
-                             f"measured {_f(th['measured_speedup'], '{:.2f}')}×")
+                             f"measured {_f(th['measured_speedup'], '{:.2f}')}×; verify pass = "
+                             f"{_f(th['verify_cost_in_steps'], '{:.2f}')} AR steps → verify-aware theory "
+                             f"{_f(th['verify_aware_speedup'], '{:.2f}')}×")
+        oracle = pr.get("oracle")
+        if oracle and "skipped" not in oracle:
+            lines += ["", "Oracle drafter (the demo target drafts for the bench target: same function, α ≈ 1):", "",
+                      "| system | tokens/s | acceptance | tokens/target pass | × own AR (same run) | c "
+                      "| theory × | share of theory | verify pass / AR step | verify-aware theory × | share |",
+                      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            for name, r in oracle.items():
+                ar = _tps(pr["systems"], EDGE_AR if name.startswith("edge") else (an.get("ort_best_ar") or ORT_AR))
+                th = (an.get("oracle_theory") or {}).get(name) or {}
+                lines.append(f"| {name} | {_f(r.get('tokens_per_s'))} | {_f(r.get('acceptance'), '{:.2f}')} | "
+                             f"{_f(r.get('tokens_per_target_pass'), '{:.2f}')} | "
+                             f"{_f(_ratio(r.get('tokens_per_s'), ar), '{:.2f}')} | {_f(th.get('c'), '{:.3f}')} | "
+                             f"{_f(th.get('theoretical_speedup'), '{:.2f}')} | "
+                             f"{_f(th.get('share_of_theory'), '{:.2f}')} | "
+                             f"{_f(th.get('verify_cost_in_steps'), '{:.2f}')} | "
+                             f"{_f(th.get('verify_aware_speedup'), '{:.2f}')} | "
+                             f"{_f(th.get('share_of_verify_aware'), '{:.2f}')} |")
         sweep = pr.get("budget_sweep")
         if sweep:
             lines += ["", "| memory_budget MiB | tokens/s | peak RSS MiB | within budget | note |",

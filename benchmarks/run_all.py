@@ -103,20 +103,22 @@ def builder_export(hf_dir: Path, out: Path, accuracy_level: int | None) -> Path:
     return out
 
 
-def export_bundles(target: Path, name: str, work: Path) -> dict[str, Path] | str:
+def export_bundles(target: Path, name: str, work: Path, drafter: Path = DEMO_DRAFTER,
+                   variants: tuple[tuple[str, str | None], ...] = (("trimmed", "auto"), ("untrimmed", None)),
+                   ) -> dict[str, Path] | str:
     """{'trimmed': path, 'untrimmed': path}, or the reason edge-spec export is unavailable."""
     try:
         from edge_spec.export.pipeline import ExportOptions, export_bundle
     except Exception as exc:
         return f"edge-spec export not available ({exc.__class__.__name__}: {exc})"
     out: dict[str, Path] = {}
-    for variant, trim in (("trimmed", "auto"), ("untrimmed", None)):
+    for variant, trim in variants:
         path = work / "bundles" / f"{name}-{variant}"
-        key = dir_hash(target) + "-" + dir_hash(DEMO_DRAFTER) + f"-{trim}"
+        key = dir_hash(target) + "-" + dir_hash(drafter) + f"-{trim}"
         if not cached(path, key):
             log(f"edge-spec export: {name} ({variant} drafter)")
             try:
-                export_bundle(str(target), str(DEMO_DRAFTER), path, ExportOptions(trim_vocab=trim, force=True),
+                export_bundle(str(target), str(drafter), path, ExportOptions(trim_vocab=trim, force=True),
                               progress=None)
             except Exception as exc:
                 return f"edge-spec export failed for {name}/{variant} ({exc.__class__.__name__}: {exc})"
@@ -194,10 +196,35 @@ def run_pair(pair: str, target_hf: Path, work: Path, args: argparse.Namespace, i
               "repeats": min(args.repeats, args.hf_repeats)}
         run("hf_ar T=0", hf)
         run("hf_assisted T=0", {**hf, "draft": str(DEMO_DRAFTER)})
+    if pair == "bench" and isinstance(bundles, dict) and args.oracle_drafter:
+        res["oracle"] = oracle_drafter(target_hf, work, base, args)
     if pair == "bench" and isinstance(bundles, dict) and not args.skip_sweep:
         res["budget_sweep"] = budget_sweep(bundles["trimmed"], base, args)
     res["sizes"] = bandwidth.model_bytes_from_dir(Path(dirs["target"]))
     return res
+
+
+def oracle_drafter(target_hf: Path, work: Path, base: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """Bench target drafted by the *demo target*: the same function, so greedy acceptance is ~1.
+
+    Separates the loop's efficiency from the drafter's quality: with α ≈ 1 the speedup is bounded
+    only by c and by what a (γ+1)-token verify pass costs. Both edge-spec and ORT GenAI run it."""
+    bundles = export_bundles(target_hf, "bench-oracle", work, drafter=DEMO_TARGET, variants=(("untrimmed", None),))
+    if isinstance(bundles, str):
+        return {"skipped": bundles}
+    dirs = peer_dirs("bench-oracle", target_hf, work, bundles, args.gammas)
+    out: dict[str, Any] = {}
+    for k in args.gammas:
+        name = f"ort_genai_spec nospin k={k} T=0"
+        log(f"oracle drafter: {name}")
+        out[name] = measure({**base, "module": "peers", "system": "ort_genai", "k": k, "no_spin": True,
+                             "model": str(dirs["composites"][k])})
+    for gamma in (None, *args.gammas):
+        name = "edge_spec_sd T=0" if gamma is None else f"edge_spec_sd gamma={gamma} T=0"
+        log(f"oracle drafter: {name}")
+        out[name] = measure({**base, "module": "edge", "bundle": str(bundles["untrimmed"]), "speculative": True,
+                             "temperature": 0.0, "gamma": gamma})
+    return out
 
 
 def best_k(systems: dict[str, Any], gammas: list[int]) -> int:
@@ -267,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--hf-repeats", type=int, default=1, help="repeats for transformers (slow on CPU)")
     ap.add_argument("--skip-sweep", action="store_true")
+    ap.add_argument("--oracle-drafter", action="store_true",
+                    help="also draft the bench target with the demo target (same function, acceptance ~1)")
     ap.add_argument("--sweep-points", type=int, default=8)
     ap.add_argument("--sweep-factor", type=float, default=0.85)
     ap.add_argument("--work", type=Path, default=HERE / "out")
