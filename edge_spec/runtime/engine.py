@@ -108,7 +108,7 @@ class Engine:
         engine already holds are prefilled."""
         cfg = _config(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                       seed=seed, stop=stop, speculative=speculative, draft_length=draft_length)
-        events = self._run(self._encode(self.render_chat(messages)), cfg)
+        events = self._run(self._encode_chat(self.render_chat(messages)), cfg)
         return events if stream else self._collect(events)
 
     def render_chat(self, messages: Sequence[dict[str, str]]) -> str:
@@ -136,6 +136,21 @@ class Engine:
         return [int(t) for t in self._dec.tok[:self._dec.n]]
 
     # ------------------------------------------------------------------ internals
+    def _encode_chat(self, text: str) -> np.ndarray:
+        """Tokens of a rendered conversation, keeping the committed tokens where the text extends them.
+
+        Re-tokenizing the previous reply rarely reproduces the ids that were generated (BPE
+        merges across the turn boundary differ), which would throw away most of the KV; like
+        llama.cpp, keep the generated ids and tokenize only the new text after them."""
+        n = self._dec.n
+        if n:
+            committed = self._dec.tok[:n]
+            held = self.tokenizer.decode(committed.tolist(), skip_special_tokens=False)
+            if text.startswith(held) and len(text) > len(held):
+                rest = self.tokenizer.encode(text[len(held):], add_special_tokens=False).ids
+                return self._encode(np.concatenate((committed, np.asarray(rest, dtype=np.int64))).tolist())
+        return self._encode(text)
+
     def _encode(self, prompt: str | Sequence[int]) -> np.ndarray:
         if isinstance(prompt, str):
             ids = self.tokenizer.encode(prompt).ids
