@@ -187,6 +187,27 @@ def test_policy_turns_speculation_off_when_slower_and_reprobes():
     assert DraftPolicy(6, fixed=3).next_gamma() == 3
 
 
+def test_policy_keeps_a_confident_drafter_that_often_declines_to_draft():
+    """Steps where the confidence threshold stops the drafter before its first token are not rejections."""
+    pol = DraftPolicy(6)
+    for i in range(40):
+        g = pol.next_gamma()
+        if i % 2:  # the drafter was not confident: one cheap pass, nothing drafted
+            pol.update(0, 0, 0.0005, 0.01, drafter_passes=1)
+        else:  # confident drafts, all accepted
+            pol.update(g, g, 0.0005 * g, 0.01 * (1 + 0.1 * g), drafter_passes=g)
+    assert pol.next_gamma() >= 4
+
+
+def test_policy_switches_off_when_realised_goodput_is_below_ar():
+    """The drafter almost never drafts, so each step is AR plus a wasted drafter pass: go AR."""
+    pol = DraftPolicy(6)
+    pol.update(0, 0, 0.0, 0.01, drafter_passes=0)  # one measured AR step
+    for _ in range(10):
+        pol.update(0, 0, 0.004, 0.01, drafter_passes=1)
+    assert pol.next_gamma() == 0
+
+
 @pytest.mark.parametrize("temperature", [0.7, 1.0])
 def test_sampled_first_token_matches_target_distribution(temperature):
     """End-to-end through the loop with fakes: the first generated token is distributed as p."""

@@ -37,9 +37,13 @@ class DraftPolicy:
     ``fixed`` set: always that gamma (bounded by the plan). Otherwise gamma maximises expected
     tokens per second, E(g) / (g * t_draft + t_verify(g + 1)) with E(g) = (1 - a^(g+1)) / (1 - a),
     against 1 / t_verify(1) for plain AR. Costs and acceptance are exponential moving averages
-    of what the loop measures. When AR wins, speculation is switched off, and every
-    ``probe_every`` steps one short speculative step re-measures acceptance and costs.
-    Plain Python floats: this runs once per step and must cost microseconds.
+    of what the loop measures; acceptance is per *drafted* token, so a step where the
+    confidence threshold stopped the drafter before its first token does not count as a
+    rejection (that would switch off a drafter whose confident drafts are nearly always right).
+    The model cannot see how often the threshold cuts drafts short, so the realised goodput of
+    speculative steps (committed tokens per second) is tracked too: when it falls below the AR
+    rate, speculation is switched off. Every ``probe_every`` steps off, one short speculative
+    step re-measures. Plain Python floats: this runs once per step and must cost microseconds.
     """
 
     def __init__(self, max_gamma: int, fixed: int | None = None, probe_every: int = 16, ema: float = 0.15,
@@ -53,6 +57,8 @@ class DraftPolicy:
         self.t_draft = 0.0  # seconds per drafter pass
         self.t_verify: list[float | None] = [None] * (max_gamma + 2)  # seconds of a k-token target pass
         self.steps_since_probe = 0
+        self.spec_rate = 0.0  # committed tokens / second over speculative steps (EMA), 0 = unmeasured
+        self.spec_steps = 0
         self.choice = max_gamma if fixed is None else self.fixed
 
     def next_gamma(self) -> int:
@@ -80,8 +86,11 @@ class DraftPolicy:
             passes = max(drafter_passes, gamma)
             per = t_draft / passes
             self.t_draft = per if self.t_draft == 0 else (1 - e) * self.t_draft + e * per
-            # acceptance per drafted token; a drafter pass that yielded no confident draft counts as a miss
-            self.alpha = (1 - e) * self.alpha + e * (accepted / max(gamma, 1))
+            if gamma:
+                self.alpha = (1 - e) * self.alpha + e * (accepted / gamma)
+            rate = (accepted + 1) / max(t_draft + t_verify, 1e-9)
+            self.spec_rate = rate if self.spec_steps == 0 else (1 - e) * self.spec_rate + e * rate
+            self.spec_steps += 1
         if self.fixed is not None:
             return
         self.choice = self._best()
@@ -104,4 +113,7 @@ class DraftPolicy:
             rate = expected / max(g * t_draft + self.verify_cost(g + 1), 1e-9)
             if rate > best_rate:
                 best, best_rate = g, rate
+        ar_rate = 1.0 / max(self.verify_cost(1), 1e-9)
+        if best and self.spec_steps >= 4 and self.spec_rate < ar_rate:
+            return 0  # the model says speculate, but measured speculative steps are slower than AR
         return best
