@@ -175,16 +175,29 @@ def test_policy_turns_speculation_off_when_slower_and_reprobes():
         g = pol.next_gamma()
         pol.update(g, 0, 0.01 * g, 0.01 * (1 + 0.25 * g), drafter_passes=g)
     seen = []
-    for _ in range(12):
+    for _ in range(48):
         seen.append(pol.next_gamma())
         pol.update(seen[-1], 0, 0.01 * seen[-1], 0.01, drafter_passes=seen[-1])
-    assert seen.count(0) >= 8 and any(g > 0 for g in seen)  # off, with periodic re-probes
+    # off, with periodic re-probes of at most 4 steps (probe_every=5 zeros between them)
+    runs = [len(r) for r in "".join("x" if g else "." for g in seen).split(".") if r]
+    assert seen.count(0) >= 20 and runs and max(runs) <= 4
     fast = DraftPolicy(6)
     for _ in range(30):  # cheap drafter, everything accepted
         g = fast.next_gamma()
         fast.update(g, g, 0.0005 * g, 0.01 * (1 + 0.1 * g), drafter_passes=g)
     assert fast.next_gamma() >= 4
     assert DraftPolicy(6, fixed=3).next_gamma() == 3
+
+
+def test_policy_probes_several_gammas_and_measures_after_catch_up():
+    """A probe runs its first gamma twice (the first step only catches the drafter up) then smaller ones."""
+    pol = DraftPolicy(8)
+    seen = []
+    for _ in range(4):
+        seen.append(pol.next_gamma())
+        pol.update(seen[-1], seen[-1], 0.001 * seen[-1], 0.01, drafter_passes=seen[-1], timed=len(seen) > 1)
+    assert seen == [8, 8, 4, 2]
+    assert all(pol.t_verify[k] is not None for k in (9, 5, 3))
 
 
 def test_policy_keeps_a_confident_drafter_that_often_declines_to_draft():

@@ -57,9 +57,13 @@ class DraftPolicy:
         self.t_draft = 0.0  # seconds per drafter pass
         self.t_verify: list[float | None] = [None] * (max_gamma + 2)  # seconds of a k-token target pass
         self.steps_since_probe = 0
-        self.spec_rate = 0.0  # committed tokens / second over speculative steps (EMA), 0 = unmeasured
+        self.spec_tokens = 0.0  # committed tokens per speculative step (EMA)
+        self.spec_time = 0.0  # seconds per speculative step (EMA)
         self.spec_steps = 0
+        self.probe: list[int] = []  # gammas still to run in the current probe
         self.choice = max_gamma if fixed is None else self.fixed
+        if fixed is None and max_gamma > 0:
+            self.choice = self._start_probe()
 
     def next_gamma(self) -> int:
         return self.choice
@@ -75,32 +79,52 @@ class DraftPolicy:
                     return self.t_verify[m] * (1 + 0.25 * (k - 1)) / (1 + 0.25 * (m - 1))
         return 1.0
 
-    def update(self, gamma: int, accepted: int, t_draft: float, t_verify: float, drafter_passes: int = 0) -> None:
-        """Record one step: ``gamma`` drafted, ``accepted`` accepted, seconds spent in each model."""
+    def update(self, gamma: int, accepted: int, t_draft: float, t_verify: float, drafter_passes: int = 0,
+               timed: bool = True) -> None:
+        """Record one step: ``gamma`` drafted, ``accepted`` accepted, seconds spent in each model.
+
+        ``timed=False`` (the step also prefilled a prompt or caught a model up): its times are
+        not step costs, so only acceptance and the re-probe countdown are updated."""
         e = self.ema
-        k = gamma + 1
-        if k < len(self.t_verify):
-            old = self.t_verify[k]
-            self.t_verify[k] = t_verify if old is None else (1 - e) * old + e * t_verify
-        if drafter_passes or gamma:
-            passes = max(drafter_passes, gamma)
-            per = t_draft / passes
-            self.t_draft = per if self.t_draft == 0 else (1 - e) * self.t_draft + e * per
-            if gamma:
-                self.alpha = (1 - e) * self.alpha + e * (accepted / gamma)
-            rate = (accepted + 1) / max(t_draft + t_verify, 1e-9)
-            self.spec_rate = rate if self.spec_steps == 0 else (1 - e) * self.spec_rate + e * rate
-            self.spec_steps += 1
+        if gamma:
+            self.alpha = (1 - e) * self.alpha + e * (accepted / gamma)
+        if timed:
+            k = gamma + 1
+            if k < len(self.t_verify):
+                old = self.t_verify[k]
+                self.t_verify[k] = t_verify if old is None else (1 - e) * old + e * t_verify
+            if drafter_passes or gamma:
+                per = t_draft / max(drafter_passes, gamma)
+                self.t_draft = per if self.t_draft == 0 else (1 - e) * self.t_draft + e * per
+                # Goodput of speculative steps as a ratio of averages (tokens / seconds): an
+                # average of per-step ratios would overweight the cheap, declined steps.
+                first = self.spec_steps == 0
+                self.spec_tokens = accepted + 1 if first else (1 - e) * self.spec_tokens + e * (accepted + 1)
+                self.spec_time = t_draft + t_verify if first else (1 - e) * self.spec_time + e * (t_draft + t_verify)
+                self.spec_steps += 1
         if self.fixed is not None:
+            return
+        if self.probe:
+            self.choice = self.probe.pop(0)
             return
         self.choice = self._best()
         if self.choice == 0:
             self.steps_since_probe += 1
             if self.steps_since_probe >= self.probe_every:
                 self.steps_since_probe = 0
-                self.choice = min(2, self.max_gamma)  # re-probe: acceptance or costs may have changed
+                self.choice = self._start_probe()  # acceptance or costs may have changed
         else:
             self.steps_since_probe = 0
+
+    def _start_probe(self) -> int:
+        """Queue a few speculative steps at different gammas; returns the first.
+
+        The first probe step is not timed (the drafter catches up on the tokens it skipped
+        while speculation was off), so it is run twice; the others measure the verify cost
+        at several k, which the goodput model needs (it is not linear in k: GUIDE §3)."""
+        gammas = sorted({min(g, self.max_gamma) for g in (2, 4, self.max_gamma)}, reverse=True)
+        self.probe = [gammas[0]] + gammas[1:]
+        return gammas[0]
 
     def _best(self) -> int:
         a = min(self.alpha, 0.999)
@@ -114,6 +138,6 @@ class DraftPolicy:
             if rate > best_rate:
                 best, best_rate = g, rate
         ar_rate = 1.0 / max(self.verify_cost(1), 1e-9)
-        if best and self.spec_steps >= 4 and self.spec_rate < ar_rate:
+        if best and self.spec_steps >= 4 and self.spec_tokens < ar_rate * self.spec_time:
             return 0  # the model says speculate, but measured speculative steps are slower than AR
         return best

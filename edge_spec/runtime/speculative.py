@@ -91,9 +91,13 @@ class Decoder:
             pending = np.concatenate((pending, extra))  # <= max_rows ints
         return model.forward(pending)[-(len(extra) + 1):]
 
-    def backlog(self) -> int:
-        """Most committed tokens a model has yet to see (1 normally, 2 after an all-accepted step)."""
-        return max(self.n - m.length for m in (self.target, self.drafter) if m is not None)
+    def backlog(self, gamma: int) -> int:
+        """Most committed tokens a model taking part in this step has yet to see.
+
+        1 normally, 2 after an all-accepted step; more when a prompt is pending, or for the
+        drafter after a stretch of plain AR steps (it is not fed while gamma is 0)."""
+        models = (self.target,) if gamma == 0 or self.drafter is None else (self.target, self.drafter)
+        return max(self.n - m.length for m in models)
 
     # -- one step ------------------------------------------------------------------------
     def draft(self, gamma: int, cfg: SamplingConfig, rng: np.random.Generator, threshold: float) -> int:
@@ -180,12 +184,12 @@ def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, rng: n
                 yield Step([], [], 0, 0, "context_full")
                 return
             gamma = 0 if policy is None else min(policy.next_gamma(), room, max_new_tokens - made - 1)
-            timed = dec.backlog() <= 2  # a step that also prefills a prompt says nothing about step costs
+            timed = dec.backlog(gamma) <= 2  # a step that also prefills says nothing about step costs
             g = dec.draft(gamma, cfg, rng, threshold)
             accepted, nxt = dec.verify(g, cfg, rng)
             step = dec.accept(g, accepted, nxt, stop_ids, max_new_tokens - made)
-            if policy is not None and timed:
-                policy.update(g, accepted, dec.t_draft, dec.t_verify, dec.drafter_passes)
+            if policy is not None:  # every step, timed or not: the re-probe countdown must advance
+                policy.update(g, accepted, dec.t_draft, dec.t_verify, dec.drafter_passes, timed=timed)
             made += len(step.tokens)
             yield step
             if step.finish:
