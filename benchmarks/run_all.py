@@ -103,23 +103,26 @@ def builder_export(hf_dir: Path, out: Path, accuracy_level: int | None) -> Path:
     return out
 
 
+TARGET_QUANT = "int4:1"  # the exporter's default for the target; --target-quant changes it
+
+
 def export_bundles(target: Path, name: str, work: Path, drafter: Path = DEMO_DRAFTER,
                    variants: tuple[tuple[str, str | None], ...] = (("trimmed", "auto"), ("untrimmed", None)),
                    ) -> dict[str, Path] | str:
     """{'trimmed': path, 'untrimmed': path}, or the reason edge-spec export is unavailable."""
     try:
-        from edge_spec.export.pipeline import ExportOptions, export_bundle
+        from edge_spec.export.pipeline import ExportOptions, Quant, export_bundle
     except Exception as exc:
         return f"edge-spec export not available ({exc.__class__.__name__}: {exc})"
     out: dict[str, Path] = {}
     for variant, trim in variants:
-        path = work / "bundles" / f"{name}-{variant}"
-        key = dir_hash(target) + "-" + dir_hash(drafter) + f"-{trim}"
+        path = work / "bundles" / f"{name}-{variant}-{TARGET_QUANT.replace(':', '_')}"
+        key = dir_hash(target) + "-" + dir_hash(drafter) + f"-{trim}-{TARGET_QUANT}"
         if not cached(path, key):
             log(f"edge-spec export: {name} ({variant} drafter)")
             try:
-                export_bundle(str(target), str(drafter), path, ExportOptions(trim_vocab=trim, force=True),
-                              progress=None)
+                options = ExportOptions(trim_vocab=trim, force=True, target_quant=Quant.parse(TARGET_QUANT, "target"))
+                export_bundle(str(target), str(drafter), path, options, progress=None)
             except Exception as exc:
                 return f"edge-spec export failed for {name}/{variant} ({exc.__class__.__name__}: {exc})"
             mark(path, key)
@@ -292,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fixed-gamma", type=int, default=4, help="edge-spec SD run with a fixed draft length too")
     ap.add_argument("--pairs", nargs="+", default=["demo", "bench"], choices=["demo", "bench"])
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--target-quant", default="int4:1",
+                    help="target precision[:accuracy_level] of the edge-spec bundles (exporter default int4:1)")
     ap.add_argument("--hf-repeats", type=int, default=1, help="repeats for transformers (slow on CPU)")
     ap.add_argument("--skip-sweep", action="store_true")
     ap.add_argument("--oracle-drafter", action="store_true",
@@ -302,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, default=HERE / "results")
     ap.add_argument("--no-markdown", action="store_true", help="do not rewrite the table in BENCHMARKS.md")
     args = ap.parse_args(argv)
+    global TARGET_QUANT
+    TARGET_QUANT = args.target_quant
     if args.quick:
         args.repeats, args.max_new_tokens, args.gammas, args.sweep_points = 1, 32, [4], 3
     args.work.mkdir(parents=True, exist_ok=True)
