@@ -69,7 +69,10 @@ class Chat:
                 if self.command(command.split()[0].lower()):
                     return 0
                 continue
-            self.reply(line.rstrip("\n"))
+            try:
+                self.reply(line.rstrip("\n"))
+            except KeyboardInterrupt:  # Ctrl-C after the stream ended (printing the stats line)
+                self.out.line(" (interrupted)")
 
     def read(self, prompt: str) -> str:
         if not self.echo:

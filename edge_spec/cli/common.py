@@ -29,24 +29,22 @@ def command_parser(subparsers: argparse._SubParsersAction, name: str, help: str,
 
 
 # ------------------------------------------------------------------------------ argparse types
-def positive_int(text: str) -> int:
+def _whole_number(text: str, lowest: int, wanted: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive whole number, not {value}")
+    if value < lowest:
+        raise argparse.ArgumentTypeError(f"must be {wanted}, not {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _whole_number(text, 1, "a positive whole number")
 
 
 def nonneg_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 (off) or a positive whole number, not {value}")
-    return value
+    return _whole_number(text, 0, "0 (off) or a positive whole number")
 
 
 def temperature(text: str) -> float:
