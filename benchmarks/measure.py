@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -25,26 +24,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+# Peak RSS is VmHWM, not ``ru_maxrss``: Linux keeps the latter across exec, so a child started from
+# a large parent (run_all holds torch models) would report the parent's peak.
+from edge_spec.runtime.memory import peak_rss as peak_rss_bytes
+
 HERE = Path(__file__).resolve().parent
 RESULT_PREFIX = "@@RESULT@@ "
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def peak_rss_bytes() -> int:
-    """Peak RSS of this process: VmHWM. Not ``ru_maxrss``: Linux keeps it across exec, so a child
-    started from a large parent (run_all holds torch models) would report the parent's peak."""
-    try:
-        with open("/proc/self/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 def measure(spec: dict[str, Any], timeout: float = 1800) -> dict[str, Any]:

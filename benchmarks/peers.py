@@ -20,7 +20,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from measure import rss_bytes, run_prompts, summarise
+from measure import run_prompts, summarise
+
+from edge_spec.runtime.memory import current_rss as rss_bytes
 
 
 # ------------------------------------------------------------------------------ ORT GenAI composite

@@ -20,6 +20,7 @@ from typing import Any
 from edge_spec.cli import common
 from edge_spec.cli.bench_report import SAMPLINGS, plots, report, sweep_table, table
 from edge_spec.errors import EdgeSpecError
+from edge_spec.runtime.memory import peak_rss
 
 MiB = common.MiB
 BUILTIN_PROMPTS = (
@@ -136,13 +137,6 @@ def _settings(args: argparse.Namespace, prompts: list[tuple[str, str]]) -> dict[
 
 
 # ------------------------------------------------------------------------------ measuring
-def peak_rss() -> int:
-    """Peak resident bytes of this process (VmHWM on Linux: a child's ru_maxrss would start at its parent's)."""
-    from edge_spec.runtime.memory import peak_rss as runtime_peak
-
-    return runtime_peak()
-
-
 def _prompt_text(engine: Any, category: str, text: str) -> str:
     if category.startswith("chat") and engine.manifest.tokenizer.chat is not None:
         return engine.render_chat([{"role": "user", "content": text}])

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -19,19 +18,13 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from edge_spec.runtime.memory import current_rss, peak_rss
 from edge_spec.runtime.options import session_options
 
 _NP_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 MAX_WORKSPACE_K = 16
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 class Decoder:
@@ -81,14 +74,6 @@ def _reset_peak() -> bool:
         return False
 
 
-def _peak_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return _peak_rss_bytes()
-
-
 def memory_profile(graph: str, max_context: int, head_size: int, max_k: int = MAX_WORKSPACE_K) -> dict[str, object]:
     """Run in a fresh process: RSS added by session creation, and peak RSS of k-token passes.
 
@@ -97,24 +82,24 @@ def memory_profile(graph: str, max_context: int, head_size: int, max_k: int = MA
     budgets separately). workspace_bytes[k] = peak RSS during one k-token pass minus RSS
     just before it, with the peak mark reset before each pass; k grows 1..max_k and each
     value is made monotone (a k-token pass never needs less than a shorter one)."""
-    base = _rss_bytes()
+    base = current_rss()
     dec = Decoder(graph, max_context, head_size, threads=1)
     kv_bytes = 0
     for buf, _ in dec.kv.values():
         buf.fill(0)  # touch the pages so the KV buffers are resident, as in the runtime
         kv_bytes += buf.nbytes
     dec.forward([1], 0)
-    load = _rss_bytes() - base - kv_bytes
+    load = current_rss() - base - kv_bytes
     can_reset = _reset_peak()
     workspace: dict[int, int] = {}
     for k in range(1, max_k + 1):
         tokens = [(7 * i + 3) % 100 + 5 for i in range(k)]
         dec.forward(tokens, 1)  # warm this shape once (kernel caches), then measure
-        before = _rss_bytes()
+        before = current_rss()
         if can_reset:
             _reset_peak()
         dec.forward(tokens, 1)
-        peak = _peak_bytes() if can_reset else _peak_rss_bytes()
+        peak = peak_rss()
         workspace[k] = max(0, peak - before, workspace.get(k - 1, 0))
     return {"load_bytes": int(max(load, 0)), "workspace_bytes": workspace, "peak_reset": can_reset}
 
