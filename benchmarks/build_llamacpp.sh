@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Build llama.cpp for the benchmarks (never in CI): the llama.cpp vendored in the llama-cpp-python sdist,
+# from the package index, built with cmake + ninja for this CPU. About 20-30 minutes on 2 cores.
+# Binaries land in ${LLAMA_CPP_HOME:-$HOME/.cache/edge-spec/llama.cpp}/build/bin; benchmarks/llamacpp.py
+# looks there (or in $LLAMA_CPP_BIN).
+set -euo pipefail
+version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+home="${LLAMA_CPP_HOME:-$HOME/.cache/edge-spec/llama.cpp}"
+mkdir -p "$home"
+cd "$home"
+if [ ! -d "src/vendor/llama.cpp" ]; then
+  python3 -m pip download --no-deps --no-binary :all: "llama-cpp-python==$version" -d sdist
+  rm -rf src && mkdir src
+  tar xzf "sdist/llama_cpp_python-$version.tar.gz" -C src --strip-components=1
+fi
+cd src/vendor/llama.cpp
+cmake -B "$home/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON
+cmake --build "$home/build" -j"$(nproc)" --target llama-bench llama-completion llama-speculative-simple \
+  llama-lookup llama-server
+echo "llama.cpp binaries in $home/build/bin"
