@@ -4,7 +4,7 @@
   earlier occurrence of the context's last n-gram and propose what followed it.
 * :class:`DraftPolicy` — how many tokens to draft next: fixed, or chosen online to maximise
   goodput (SmartSpec-style) from measured drafter/target step costs and acceptance, including
-  gamma = 0 (speculation off) with periodic re-probing.
+  gamma = 0 (speculation off) with re-probing that backs off exponentially.
 """
 
 from __future__ import annotations
@@ -42,15 +42,25 @@ class DraftPolicy:
     rejection (that would switch off a drafter whose confident drafts are nearly always right).
     The model cannot see how often the threshold cuts drafts short, so the realised goodput of
     speculative steps (committed tokens per second) is tracked too: when it falls below the AR
-    rate, speculation is switched off. Every ``probe_every`` steps off, one short speculative
-    step re-measures. Plain Python floats: this runs once per step and must cost microseconds.
+    rate, speculation is switched off.
+
+    Probes are cheap by construction, because a useless drafter must cost almost nothing (issue:
+    at most 5 % below plain decoding): a probe drafts one token twice (the first step only
+    catches the drafter up), then two; larger gammas are reached only through the goodput model
+    once acceptance is measured. A probe that ends with speculation still off doubles the wait
+    before the next one (``probe_every`` steps, then 2x, 4x, ... up to ``max_backoff``); a probe
+    that switches speculation on resets it. Plain Python floats: this runs once per step and
+    must cost microseconds.
     """
 
     def __init__(self, max_gamma: int, fixed: int | None = None, probe_every: int = 16, ema: float = 0.15,
-                 free_drafts: bool = False) -> None:
+                 free_drafts: bool = False, max_backoff: int = 1024) -> None:
         self.max_gamma = max_gamma
         self.fixed = None if fixed is None else min(fixed, max_gamma)
         self.probe_every = probe_every
+        self.max_backoff = max_backoff
+        self.wait = probe_every  # steps off before the next probe (doubles after each failed probe)
+        self.probing = False
         self.ema = ema
         self.free_drafts = free_drafts  # prompt lookup: drafting costs ~nothing
         self.alpha = 0.6  # optimistic start: speculate first, measure, then decide
@@ -61,9 +71,10 @@ class DraftPolicy:
         self.spec_time = 0.0  # seconds per speculative step (EMA)
         self.spec_steps = 0
         self.probe: list[int] = []  # gammas still to run in the current probe
-        self.choice = max_gamma if fixed is None else self.fixed
-        if fixed is None and max_gamma > 0:
-            self.choice = self._start_probe()
+        # Adaptive: start with plain steps (the first prefills the prompt and is not timed, the
+        # second measures the AR cost every later decision is compared with), then probe.
+        self.choice = 0 if fixed is None else self.fixed
+        self.steps_since_probe = self.wait - 2
 
     def next_gamma(self) -> int:
         return self.choice
@@ -108,25 +119,42 @@ class DraftPolicy:
             self.choice = self.probe.pop(0)
             return
         self.choice = self._best()
+        if self.probing:  # the probe just ended: back off if it failed, start over if it worked
+            self.probing = False
+            self.wait = min(2 * self.wait, self.max_backoff) if self.choice == 0 else self.probe_every
         if self.choice == 0:
             self.steps_since_probe += 1
-            if self.steps_since_probe >= self.probe_every:
+            if self.steps_since_probe >= self.wait:
                 self.steps_since_probe = 0
                 self.choice = self._start_probe()  # acceptance or costs may have changed
         else:
             self.steps_since_probe = 0
 
     def _start_probe(self) -> int:
-        """Queue a few speculative steps at different gammas; returns the first.
+        """Queue a short speculative probe; returns its gamma (0 when no probe could pay).
 
-        The first probe step is not timed (the drafter catches up on the tokens it skipped
-        while speculation was off), so it is run twice; the others measure the verify cost
-        at several k, which the goodput model needs (it is not linear in k: GUIDE §3)."""
-        gammas = sorted({min(g, self.max_gamma) for g in (2, 4, self.max_gamma)}, reverse=True)
-        self.probe = [gammas[0]] + gammas[1:]
-        return gammas[0]
+        The probe drafts the smallest gamma that would beat plain decoding by 10 % if the
+        drafts were good (acceptance 0.9), judged on the step costs measured so far: gamma 1
+        on a fresh policy. It runs twice, because the first step after a pause is not timed
+        (the drafter catches up on the tokens it skipped). Longer drafts follow from the
+        goodput model once acceptance is measured. When even good drafts could not beat plain
+        decoding at these costs, there is no probe: speculation stays off."""
+        t_draft = 0.0 if self.free_drafts else self.t_draft
+        ar_rate = 1.0 / max(self.verify_cost(1), 1e-9)
+        expected, power = 1.0, 1.0
+        for g in range(1, self.max_gamma + 1):
+            power *= 0.9
+            expected += power
+            if expected / max(g * t_draft + self.verify_cost(g + 1), 1e-9) > 1.1 * ar_rate:
+                self.probing = True
+                self.probe = [g]
+                return g
+        self.probing = True  # counts as a failed probe: the wait before the next look doubles
+        return 0
 
     def _best(self) -> int:
+        if self.t_verify[1] is None or (self.spec_steps == 0 and not self.free_drafts):
+            return 0  # nothing measured yet: plain steps until the first probe has run
         a = min(self.alpha, 0.999)
         t_draft = 0.0 if self.free_drafts else self.t_draft
         best, best_rate = 0, 1.0 / max(self.verify_cost(1), 1e-9)
