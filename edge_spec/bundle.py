@@ -63,6 +63,10 @@ class ModelSpec:
     input_names: dict[str, str]  # input_ids, attention_mask, past_key (%d), past_value (%d)
     output_names: dict[str, str]  # logits, present_key (%d), present_value (%d)
     genai_config: str | None = None  # ORT GenAI config, relative path (target only)
+    # Passes of at least this many rows give every row bit-identical logits whatever the pass size
+    # (measured at export, edge_spec/export/invariance.py); the runtime pads shorter target passes
+    # to it when it speculates. None: not batch-invariant (or not measured).
+    batch_invariant_rows: int | None = None
 
     def logits_bytes(self, positions: int) -> int:
         """Bytes of a float32 logits buffer for ``positions`` query positions."""

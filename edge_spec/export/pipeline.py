@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -33,7 +33,7 @@ from edge_spec.bundle import (
     write_manifest,
 )
 from edge_spec.errors import EdgeSpecError, ExportError
-from edge_spec.export import build, calibrate, measure, tokenizer_check, vocab_trim
+from edge_spec.export import build, calibrate, invariance, measure, tokenizer_check, vocab_trim
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 DEFAULT_MAX_CONTEXT_CAP = 4096  # default max_context = min(checkpoint's positions, this)
@@ -226,6 +226,13 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint, 
     for role, ckpt, q in (("target", t_ckpt, opts.target_quant), ("drafter", d_ckpt, opts.drafter_quant)):
         with _timed(say, "measure", f"{role} load and workspace memory"):
             specs[role] = _model_spec(tmp, role, ckpt, q, opts, max_ctx, int(t_cfg["vocab_size"]))
+    with _timed(say, "measure", "target batch invariance (k-token passes vs 1-token steps, bit for bit)"):
+        rows = invariance.batch_invariant_rows(tmp / specs["target"].graph, specs["target"])
+        specs["target"] = replace(specs["target"], batch_invariant_rows=rows)
+    say("[measure] target passes of >= 2 rows are row-exact: 1-token steps are padded to 2 when speculating"
+        if rows == 2 else "[measure] target passes are row-exact at any size" if rows == 1 else
+        "[measure] target passes are NOT row-exact (int8-activation rounding differs by pass size): greedy "
+        "speculative output may differ from plain decoding at near-ties")
     manifest = Manifest(
         target=specs["target"], drafter=specs["drafter"], tokenizer=tok_spec, vocab_trim=trim,
         sources={"target": SourceModel(t_ckpt.name, checkpoint_sha256(t_ckpt.path)),

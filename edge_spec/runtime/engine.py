@@ -62,8 +62,12 @@ class Engine:
         np.random.default_rng(0)
         plan = plan_memory(manifest, config.memory_budget, current_rss(), max_context=max_context,
                            draft_length=draft_length, drafting=drafting)
+        # Speculating: pad 1-token target passes to the graph's batch-invariant size, so a verify
+        # pass computes each row exactly as a plain step does (greedy SD == greedy AR, bit for bit).
+        min_rows = (manifest.target.batch_invariant_rows or 1) if plan.mode != "ar" else 1
         target = ModelSession(root / manifest.target.graph, manifest.target, providers=t_providers, device=t_dev,
-                              capacity=plan.max_context, max_rows=plan.target_rows, threads=threads)
+                              capacity=plan.max_context, max_rows=plan.target_rows, threads=threads,
+                              min_rows=min_rows)
         drafter = id_map = None
         if plan.mode == "speculative":
             assert manifest.drafter is not None

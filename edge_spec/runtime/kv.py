@@ -21,16 +21,18 @@ class KVCache:
     """
 
     def __init__(self, num_layers: int, kv_heads: int, head_size: int, capacity: int,
-                 dtype: np.dtype = np.float32) -> None:
+                 dtype: np.dtype = np.float32, scratch: int = 0) -> None:
         self.capacity = capacity
         self.length = 0
-        # Each [1, kv_heads, capacity, head_size]. np.empty + fill touches every page now, so
-        # resident memory is paid at load (as the plan says) and does not creep up with context.
+        # Each [1, kv_heads, capacity + scratch, head_size]. ``scratch`` rows past the capacity take
+        # the keys/values of padding rows (a pass padded to a batch-invariant size writes them and
+        # never commits them). np.empty + fill touches every page now, so resident memory is paid
+        # at load (as the plan says) and does not creep up with context.
         self.keys: list[np.ndarray] = []
         self.values: list[np.ndarray] = []
         for _ in range(num_layers):
             for bucket in (self.keys, self.values):
-                buf = np.empty((1, kv_heads, capacity, head_size), dtype=dtype)
+                buf = np.empty((1, kv_heads, capacity + scratch, head_size), dtype=dtype)
                 buf.fill(0)
                 bucket.append(buf)
 

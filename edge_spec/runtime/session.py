@@ -29,13 +29,23 @@ class ModelSession:
     ``forward(tokens)`` feeds ``tokens`` after the ``kv.length`` tokens already in the cache,
     advances the cursor by ``len(tokens)`` and returns a *view* ``[len(tokens), vocab]`` of the
     preallocated logits buffer (valid until the next call).
+
+    ``min_rows`` > 1 pads shorter passes to that many rows (copies of the last token, whose
+    keys/values land in scratch rows and are never committed). Why: ONNX Runtime's CPU
+    attention takes a different GEMM kernel for a single query row (MLAS's M=1 kernel in
+    probs x V) than for several, so a 1-token step rounds differently from the same row inside
+    a k-token verify pass; with every pass at least 2 rows, each row is computed exactly as in
+    any other pass (measured bit for bit at export: ``ModelSpec.batch_invariant_rows``), and
+    greedy speculative output equals greedy plain decoding token for token.
     """
 
     def __init__(self, graph: str | Path, spec: ModelSpec, *, providers: Sequence[str], device: str,
-                 capacity: int, max_rows: int, threads: int = 0) -> None:
+                 capacity: int, max_rows: int, threads: int = 0, min_rows: int = 1) -> None:
         self.spec = spec
         self.device = device
         self.max_rows = max_rows
+        self.min_rows = max(1, min_rows)
+        pad = self.min_rows - 1
         dtype = _DTYPES.get(spec.quantization.io_dtype)
         if dtype is None:
             raise BundleError(f"Unsupported io_dtype '{spec.quantization.io_dtype}' in the manifest; "
@@ -54,10 +64,11 @@ class ModelSession:
             if name not in graph_inputs:
                 raise BundleError(f"The graph '{graph}' has no input '{name}' named in the manifest; re-export it.")
 
-        self.kv = KVCache(spec.num_layers, spec.num_kv_heads, spec.head_size, capacity, dtype)
-        self.ids = np.zeros((1, max_rows), dtype=np.int64)  # [1, max_rows]
-        self.mask = np.ones((1, capacity), dtype=np.int64)  # [1, capacity]; a pass binds a prefix
-        self.logits = np.empty((max_rows, spec.vocab_size), dtype=dtype)  # [max_rows, vocab]
+        self.kv = KVCache(spec.num_layers, spec.num_kv_heads, spec.head_size, capacity, dtype, scratch=pad)
+        rows = max(max_rows, self.min_rows)
+        self.ids = np.zeros((1, rows), dtype=np.int64)  # [1, max(max_rows, min_rows)]
+        self.mask = np.ones((1, capacity + pad), dtype=np.int64)  # [1, capacity + pad]; a pass binds a prefix
+        self.logits = np.empty((rows, spec.vocab_size), dtype=dtype)  # [max(max_rows, min_rows), vocab]
         self.logits.fill(0)
         self._ids_ptr = self.ids.ctypes.data
         self._mask_ptr = self.mask.ctypes.data
@@ -116,18 +127,22 @@ class ModelSession:
             raise EdgeSpecError(f"A pass of {k} tokens at position {n} does not fit this model's buffers "
                                 f"({self.max_rows} rows, {self.kv.capacity} positions).")
         self.ids[0, :k] = tokens
+        rows = k
+        if k < self.min_rows:  # pad to the batch-invariant pass size (see the class docstring)
+            rows = self.min_rows
+            self.ids[0, k:rows] = self.ids[0, k - 1]
         if self._fast is not None:
             c_io, c_sess, cpu = self._fast
-            c_io.bind_input(self._ids_name, cpu, np.int64, [1, k], self._ids_ptr)
-            c_io.bind_input(self._mask_name, cpu, np.int64, [1, n + k], self._mask_ptr)
-            c_io.bind_output(self._logits_name, cpu, self._dtype, [1, k, self._vocab], self._logits_ptr)
+            c_io.bind_input(self._ids_name, cpu, np.int64, [1, rows], self._ids_ptr)
+            c_io.bind_input(self._mask_name, cpu, np.int64, [1, n + rows], self._mask_ptr)
+            c_io.bind_output(self._logits_name, cpu, self._dtype, [1, rows, self._vocab], self._logits_ptr)
             t0 = time.perf_counter()
             c_sess.run_with_iobinding(c_io, None)
         else:
             io = self.io
-            io.bind_input(self._ids_name, "cpu", 0, np.int64, [1, k], self._ids_ptr)
-            io.bind_input(self._mask_name, "cpu", 0, np.int64, [1, n + k], self._mask_ptr)
-            io.bind_output(self._logits_name, "cpu", 0, self._dtype, [1, k, self._vocab], self._logits_ptr)
+            io.bind_input(self._ids_name, "cpu", 0, np.int64, [1, rows], self._ids_ptr)
+            io.bind_input(self._mask_name, "cpu", 0, np.int64, [1, n + rows], self._mask_ptr)
+            io.bind_output(self._logits_name, "cpu", 0, self._dtype, [1, rows, self._vocab], self._logits_ptr)
             t0 = time.perf_counter()
             self.session.run_with_iobinding(io)
         self.run_seconds += time.perf_counter() - t0
