@@ -82,11 +82,16 @@ def test_ladder_drafter_then_lookup_then_refusal():
     assert any("prompt lookup" in n for n in plan.notes)
     assert "prompt-lookup" in plan.describe()
     assert plan.max_context >= MIN_CONTEXT
-    # the lower bound: target only, minimal context
-    t_rows = PREFILL_CHUNK
-    bound = (BASE + 100 * MiB + MIN_CONTEXT * (6144 + ATTN) + t_rows * 8192 * 4 + 2 * t_rows * 8192 * 4
-             + WS[16] + SLACK_BYTES)
+    # the lower bound: target only, minimal context, 2-token prefill passes
+    t_rows = 2
+    bound = (BASE + 100 * MiB + MIN_CONTEXT * (6144 + 2 * 4 * 4) + t_rows * 8192 * 4 + 2 * t_rows * 8192 * 4
+             + WS[t_rows] + SLACK_BYTES)
     assert plan_memory(m, bound, BASE, drafting="none").mode == "ar"
+    # between: lookup's 16-token verify buffers no longer fit, plain AR with smaller prefill passes does
+    ar = plan_memory(m, bound + 64 * 1024, BASE)
+    assert ar.mode == "ar" and ar.prefill_chunk < PREFILL_CHUNK and ar.target_rows == ar.prefill_chunk
+    assert any("plain autoregressive" in n for n in ar.notes)
+    assert ar.total_bytes <= bound + 64 * 1024  # every planned item, attention scores included, fits
     with pytest.raises(BudgetError) as err:
         plan_memory(m, bound - 1, BASE)
     msg = str(err.value)

@@ -30,21 +30,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import onnxruntime  # noqa: F401  (part of the baseline Engine.load measures before planning)
     from tokenizers import Tokenizer
 
     from edge_spec.bundle import read_manifest
-    from edge_spec.errors import BundleError
-    from edge_spec.runtime.budget import parse_budget, plan_memory
-    from edge_spec.runtime.memory import current_rss
+    from edge_spec.runtime.engine import Engine
 
     root = Path(args.bundle)
+    # Engine.plan runs Engine.load's own steps up to planning, so the two cannot disagree.
+    plan = Engine.plan(root, args.memory_budget, max_context=args.max_context)
     m = read_manifest(root)
-    try:
-        tok = Tokenizer.from_file(str(root / m.tokenizer.files[0]))
-    except Exception as exc:
-        raise BundleError(f"The tokenizer in '{root}' cannot be read ({exc}); re-export the bundle.") from None
-    plan = plan_memory(m, parse_budget(args.memory_budget), current_rss(), max_context=args.max_context)
+    tok = Tokenizer.from_file(str(root / m.tokenizer.files[0]))
     stops = [(i, tok.id_to_token(i)) for i in m.tokenizer.stop_token_ids]
     if args.json:
         print(json.dumps({"bundle": str(root), "manifest": m.to_json(), "stop_tokens": dict(stops),

@@ -29,6 +29,7 @@ from edge_spec.errors import BudgetError, EdgeSpecError
 
 MiB = 1 << 20
 PREFILL_CHUNK = 16  # tokens per prefill pass; the export measures workspace for k <= 16
+AR_CHUNKS = (16, 8, 4, 2)  # plain AR under a tight budget: smaller prefill passes, smaller buffers
 MAX_DRAFT = 8  # default bound on gamma: int4 verify cost grows with k (GUIDE §3)
 MIN_CONTEXT = 128  # a plan with fewer usable positions is not worth running
 SLACK_BYTES = 6 * MiB
@@ -131,12 +132,13 @@ def _attention_per_token(m: Manifest, mode: str, t_rows: int, d_rows: int) -> in
     return per
 
 
-def _kv_items(m: Manifest, mode: str, ctx: int) -> list[tuple[str, int]]:
+def _kv_items(m: Manifest, mode: str, ctx: int, t_rows: int = PREFILL_CHUNK,
+              d_rows: int = PREFILL_CHUNK) -> list[tuple[str, int]]:
     out = [(f"target KV cache ({ctx} tokens x {m.target.kv_bytes_per_token} B)", ctx * m.target.kv_bytes_per_token)]
     if mode == "speculative":
         d = m.drafter
         out.append((f"drafter KV cache ({ctx} tokens x {d.kv_bytes_per_token} B)", ctx * d.kv_bytes_per_token))
-    per = _attention_per_token(m, mode, PREFILL_CHUNK, PREFILL_CHUNK)  # rows: gamma + 1 <= the chunk
+    per = _attention_per_token(m, mode, t_rows, d_rows)
     out.append((f"attention scores of the largest pass at full context ({ctx} tokens x {per} B)", ctx * per))
     return out
 
@@ -174,26 +176,33 @@ def plan_memory(m: Manifest, budget: int | None, baseline: int, *, max_context: 
     ladder.append("ar")
 
     for mode in ladder:
-        gammas = [0] if mode == "ar" else list(range(max(gmax, 1), 0, -1))
-        for gamma in gammas:
-            items, per_token, t_rows, d_rows = _layout(m, mode, gamma, PREFILL_CHUNK, baseline)
+        # Plain AR is the rung below lookup because it can also shrink its prefill passes (smaller
+        # logits, probabilities and workspace); lookup verifies up to a full chunk of drafts.
+        steps = [(0, c) for c in AR_CHUNKS] if mode == "ar" else \
+            [(g, PREFILL_CHUNK) for g in range(max(gmax, 1), 0, -1)]
+        for gamma, chunk in steps:
+            items, per_token, t_rows, d_rows = _layout(m, mode, gamma, chunk, baseline)
             fixed = sum(b for _, b in items)
             ctx = cap if budget is None else min(cap, (budget - fixed) // per_token if budget > fixed else 0)
             if ctx >= min_ctx:
+                if mode == "ar" and chunk < PREFILL_CHUNK:
+                    notes.append(f"prompts are prefilled {chunk} tokens per pass to fit the budget")
                 return Plan(budget_bytes=budget, mode=mode, max_context=int(ctx), draft_length=gamma,
-                            prefill_chunk=PREFILL_CHUNK, target_rows=t_rows,
+                            prefill_chunk=chunk, target_rows=t_rows,
                             drafter_rows=d_rows if mode == "speculative" else 0,
-                            items=tuple(items[:2] + _kv_items(m, mode, int(ctx)) + items[2:]), notes=tuple(notes))
+                            items=tuple(items[:2] + _kv_items(m, mode, int(ctx), t_rows, d_rows) + items[2:]),
+                            notes=tuple(notes))
         if mode == "speculative":
             notes.append("the drafter model does not fit the budget with a useful context, so drafts come "
                          "from prompt lookup (no model memory)")
         elif mode == "lookup":
-            notes.append("prompt-lookup verification buffers do not fit, so decoding is plain autoregressive")
+            notes.append(f"prompt-lookup verification buffers ({PREFILL_CHUNK}-token passes) do not fit, so "
+                         "decoding is plain autoregressive")
 
-    items, per_token, _, _ = _layout(m, "ar", 0, PREFILL_CHUNK, baseline)
+    items, per_token, _, _ = _layout(m, "ar", 0, AR_CHUNKS[-1], baseline)
     need = sum(b for _, b in items) + min_ctx * per_token
     parts = ", ".join(f"{b / MiB:.1f} MiB {w.split(' (')[0]}" for w, b in
-                      items[:2] + _kv_items(m, "ar", min_ctx) + items[2:] if b)
+                      items[:2] + _kv_items(m, "ar", min_ctx, AR_CHUNKS[-1]) + items[2:] if b)
     raise BudgetError(f"A memory budget of {budget / MiB:.1f} MiB cannot run this bundle: the smallest plan "
                       f"(target only, {min_ctx}-token context) needs {need / MiB:.1f} MiB ({parts}); "
                       f"raise memory_budget to at least {math.ceil(need / MiB)} MiB ({math.ceil(need / 1e6)} MB).")

@@ -24,6 +24,8 @@ from edge_spec.runtime.providers import resolve_device
 from edge_spec.runtime.session import ModelSession
 from edge_spec.runtime.speculative import Decoder, decode
 
+BASELINE_ROUNDING = 4 << 20
+
 __all__ = ["Engine", "GenerationConfig", "Result", "StreamEvent", "Stats", "Plan"]
 
 
@@ -51,17 +53,9 @@ class Engine:
         config = LoadConfig(parse_budget(memory_budget), device, drafter_device, strict, max_context,
                             draft_length, drafting, threads)
         root = Path(bundle)
-        manifest = read_manifest(root)
         t_dev, t_providers = resolve_device(device, strict, "target")
         d_dev, d_providers = resolve_device(drafter_device or device, strict, "drafter")
-        try:
-            tokenizer = Tokenizer.from_file(str(root / manifest.tokenizer.files[0]))
-        except Exception as exc:
-            raise BundleError(f"The tokenizer in '{root}' cannot be read ({exc}); re-export the bundle.") from None
-        tokenizer.encode("warm up")  # the tokenizer's first call allocates; count it in the baseline
-        np.random.default_rng(0)
-        plan = plan_memory(manifest, config.memory_budget, current_rss(), max_context=max_context,
-                           draft_length=draft_length, drafting=drafting)
+        manifest, tokenizer, plan = _prepare(root, config)
         # Speculating: pad 1-token target passes to the graph's batch-invariant size, so a verify
         # pass computes each row exactly as a plain step does (greedy SD == greedy AR, bit for bit).
         min_rows = (manifest.target.batch_invariant_rows or 1) if plan.mode != "ar" else 1
@@ -81,6 +75,18 @@ class Engine:
                                   "vocab_trim id map; re-export the bundle.")
         devices = {"target": t_dev, "drafter": d_dev if drafter is not None else "none"}
         return cls(manifest, tokenizer, plan, target, drafter, id_map, config, devices)
+
+    @staticmethod
+    def plan(bundle: str | os.PathLike[str], memory_budget: str | int | None = None, *,
+             max_context: int | None = None, draft_length: int | None = None, drafting: str = "auto") -> Plan:
+        """The memory plan :meth:`load` would make for these arguments, without creating any session.
+
+        Same steps as ``load`` up to planning (manifest, tokenizer and its warm-up, the process
+        baseline measured at the same point), so ``edge-spec inspect --memory-budget`` and a real
+        load agree."""
+        config = LoadConfig(parse_budget(memory_budget), max_context=max_context, draft_length=draft_length,
+                            drafting=drafting)
+        return _prepare(Path(bundle), config)[2]
 
     # ------------------------------------------------------------------ public calls
     def generate(self, prompt: str | Sequence[int], config: GenerationConfig | dict[str, Any] | None = None, *,
@@ -243,6 +249,23 @@ class Engine:
 
     def describe(self) -> str:
         return self.plan.describe() + f"\n  devices: target={self.devices['target']}, drafter={self.devices['drafter']}"
+
+
+def _prepare(root: Path, config: LoadConfig) -> tuple[Manifest, Tokenizer, Plan]:
+    """Manifest, tokenizer and memory plan: everything ``load`` does before creating sessions."""
+    manifest = read_manifest(root)
+    try:
+        tokenizer = Tokenizer.from_file(str(root / manifest.tokenizer.files[0]))
+    except Exception as exc:
+        raise BundleError(f"The tokenizer in '{root}' cannot be read ({exc}); re-export the bundle.") from None
+    tokenizer.encode("warm up")  # the tokenizer's first call allocates; count it in the baseline
+    np.random.default_rng(0)
+    # Rounded up to whole 4 MiB: two processes that loaded the same modules (inspect, generate, an
+    # app) differ by a few hundred KiB of heap, and must still make the same plan for one budget.
+    baseline = -(-current_rss() // BASELINE_ROUNDING) * BASELINE_ROUNDING
+    plan = plan_memory(manifest, config.memory_budget, baseline, max_context=config.max_context,
+                       draft_length=config.draft_length, drafting=config.drafting)
+    return manifest, tokenizer, plan
 
 
 def _find_stop(text: str, stops: Sequence[str], start: int) -> int | None:
