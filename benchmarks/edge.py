@@ -63,7 +63,8 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
                                   "speculative": bool(spec["speculative"])}
         if spec.get("gamma"):
             kwargs["draft_length"] = int(spec["gamma"])
-        for ev in engine.stream(ids, **kwargs):
+        config = {"stop_token_ids": ()} if spec.get("ignore_stop") else None  # always the full token count
+        for ev in engine.stream(ids, config, **kwargs):
             if ev.token_ids:
                 timer.first()
                 out.extend(int(t) for t in ev.token_ids)
