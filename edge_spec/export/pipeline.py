@@ -33,7 +33,7 @@ from edge_spec.bundle import (
     write_manifest,
 )
 from edge_spec.errors import EdgeSpecError, ExportError
-from edge_spec.export import build, calibrate, measure, tokenizer_check, vocab_trim
+from edge_spec.export import build, calibrate, chat_template, measure, tokenizer_check, vocab_trim
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 DEFAULT_MAX_CONTEXT_CAP = 4096  # default max_context = min(checkpoint's positions, this)
@@ -260,7 +260,9 @@ def _tokenizer_spec(src: Path, tok_dir: Path) -> TokenizerSpec:
     tok_json = tokenizer_check.load_tokenizer_json(src)
     gen_file = src / "generation_config.json"
     gen = json.loads(gen_file.read_text(encoding="utf-8")) if gen_file.is_file() else {}
-    chat = tokenizer_check.chat_format(tok)
+    from tokenizers import Tokenizer
+
+    chat = chat_template.chat_format(tok, Tokenizer.from_file(str(tok_dir / "tokenizer.json")))
     stops = tokenizer_check.stop_token_ids(tok, tok_json, gen, chat)
     files = tuple(f"tokenizer/{f}" for f in TOKENIZER_FILES if (tok_dir / f).is_file())
     return TokenizerSpec(files=files, vocab_size=len(tok), bos_token_id=tok.bos_token_id, stop_token_ids=stops,
