@@ -142,7 +142,15 @@ def derive(tok: Any) -> ChatFormat:
     roles = tuple(r for r in ROLES if r in example)
     specials = [t for t in getattr(tok, "all_special_tokens", []) or [] if t] + \
         [str(t) for t in (getattr(tok, "added_tokens_decoder", None) or {}).values()]
-    suffix = {r: _lcp([v for (a, _), v in joins.items() if a == r], specials) for r in roles}
+    starts = [v for (a, _), v in joins.items() if a == START]
+    suffix = {}
+    for r in roles:
+        common = _lcp([v for (a, _), v in joins.items() if a == r], specials)
+        for s in sorted(specials, key=len, reverse=True):  # "<|im_end|>\n<|im_start|>": the opener belongs
+            if common.endswith(s) and common != s and all(s in v for v in starts):  # to the next message
+                common = common[:-len(s)]
+                break
+        suffix[r] = common
     prefixes = {f"{a}>{b}": v[len(suffix[a]):] if a != START else v
                 for (a, b), v in joins.items() if b not in (GEN, END)}
     gen = joins[("user", GEN)][len(suffix["user"]):]
