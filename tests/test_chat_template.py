@@ -269,9 +269,16 @@ def test_runtime_ids_equal_apply_chat_template(name: str, tmp_path: Path) -> Non
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_format_shape_and_stop_token(name: str, tmp_path: Path) -> None:
     """The table says what the template does: end-of-turn opens the assistant suffix, default system blocks."""
+    import json
+
+    from edge_spec.export.tokenizer_check import stop_token_ids
+
     tok, runtime_tok = _family(name, tmp_path)
     fmt = chat_format(tok, runtime_tok)
-    assert fmt.roles["assistant"][1].startswith(FAMILIES[name][5])
+    eot = FAMILIES[name][5]
+    assert fmt.roles["assistant"][1].startswith(eot)
+    tok_json = json.loads((tmp_path / name / "tokenizer.json").read_text())
+    assert runtime_tok.token_to_id(eot) in stop_token_ids(tok, tok_json, {}, fmt)
     if name in ("smollm2", "qwen2.5"):  # default system block only when the conversation has none
         assert "system" in fmt.prefixes["^>user"] and "system" not in fmt.prefixes["assistant>user"]
     if name == "gemma3":  # the system message is folded into the first user turn
