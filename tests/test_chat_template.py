@@ -340,3 +340,18 @@ def test_fit_chat_drops_oldest_turns_keeps_system() -> None:
     assert fit_chat(msgs, count, limit=10_000) == (msgs, 0)
     with pytest.raises(EdgeSpecError, match="last message"):
         fit_chat(msgs[:1] + [{"role": "user", "content": "x" * 50}], count, limit=20)
+
+
+def test_legacy_format_renders_as_before(tmp_path: Path) -> None:
+    """A manifest written before prefixes existed (verified 0): roles' prefixes, the tokenizer's special tokens."""
+    from edge_spec.bundle import ChatFormat
+
+    _, runtime_tok = _family("llama3", tmp_path)
+    old = ChatFormat(roles={"user": ("<|start_header_id|>user<|end_header_id|>\n\n", "<|eot_id|>")},
+                     generation_prompt="<|start_header_id|>assistant<|end_header_id|>\n\n")
+    conv = [{"role": "user", "content": "hi"}]
+    text = render_chat(old, conv)
+    assert text == ("<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+                    "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    assert encode_chat(runtime_tok, old, conv) == runtime_tok.encode(text).ids  # BOS from the post-processor
+    assert encode_chat(runtime_tok, old, conv)[0] == runtime_tok.token_to_id("<|begin_of_text|>")
