@@ -98,14 +98,22 @@ class VocabTrim:
 
 @dataclass(frozen=True)
 class ChatFormat:
-    """A chat template flattened to strings, so the runtime needs no Jinja.
+    """A chat template flattened to strings, so the runtime needs no Jinja (docs/manifest.md).
 
-    ``roles[r] = (prefix, suffix)``: a message of role r renders as prefix + content + suffix;
-    ``generation_prompt`` starts the assistant's turn. ``template`` keeps the original Jinja."""
+    A conversation renders as, message by message, ``prefix + content + suffix``, then
+    ``generation_prompt`` (or ``end`` without one). ``roles[r] = (prefix, suffix)``; when
+    ``prefixes`` is set (``verified > 0``), the prefix of a message comes from ``prefixes["PREV>ROLE"]``
+    instead, PREV being the previous message's role or ``^`` at the start: that is how a default
+    system block (SmolLM2, Qwen2.5), a BOS written by the template (Llama-3, Gemma) or a system
+    message folded into the first user turn (Gemma-3) is expressed. ``template`` keeps the Jinja."""
 
     roles: dict[str, tuple[str, str]]
     generation_prompt: str
     template: str | None = None
+    prefixes: dict[str, str] = field(default_factory=dict)  # "PREV>ROLE" -> prefix; a missing pair is refused
+    trimmed: tuple[str, ...] = ()  # roles whose content the template strips (Jinja "| trim")
+    end: str = ""  # appended after the last message when no generation prompt is asked for
+    verified: int = 0  # conversations checked token for token against apply_chat_template at export (0: legacy)
 
 
 @dataclass(frozen=True)
@@ -195,8 +203,14 @@ def manifest_from_json(data: Any) -> Manifest:
     chat = None
     if tok.chat is not None:
         c = _build(ChatFormat, tok.chat, "tokenizer.chat")
-        chat = ChatFormat(roles={r: (str(v[0]), str(v[1])) for r, v in c.roles.items()},
-                          generation_prompt=c.generation_prompt, template=c.template)
+        try:
+            chat = ChatFormat(roles={str(r): (str(v[0]), str(v[1])) for r, v in c.roles.items()},
+                              generation_prompt=str(c.generation_prompt), template=c.template,
+                              prefixes={str(k): str(v) for k, v in c.prefixes.items()},
+                              trimmed=tuple(str(r) for r in c.trimmed), end=str(c.end), verified=int(c.verified))
+        except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+            raise BundleError(f"The manifest field 'tokenizer.chat' is malformed ({exc}); re-export the bundle.") \
+                from None
     tok = TokenizerSpec(files=tuple(tok.files), vocab_size=tok.vocab_size, bos_token_id=tok.bos_token_id,
                         stop_token_ids=tuple(tok.stop_token_ids), special_token_ids=tuple(tok.special_token_ids),
                         chat=chat)

@@ -137,9 +137,9 @@ def _settings(args: argparse.Namespace, prompts: list[tuple[str, str]]) -> dict[
 
 
 # ------------------------------------------------------------------------------ measuring
-def _prompt_text(engine: Any, category: str, text: str) -> str:
-    if category.startswith("chat") and engine.manifest.tokenizer.chat is not None:
-        return engine.render_chat([{"role": "user", "content": text}])
+def _prompt_text(engine: Any, category: str, text: str) -> str | list[int]:
+    if category.startswith("chat") and engine.manifest.tokenizer.chat is not None:  # the template's exact ids
+        return engine.encode_chat([{"role": "user", "content": text}])
     return text
 
 

@@ -24,9 +24,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         examples="""
   edge-spec chat                                   # the demo pair, exported on first run
   edge-spec chat bundles/qwen --memory-budget 600MB --temperature 0.7 --seed 1
-  printf 'hello\\n/stats\\n' | edge-spec chat bundles/qwen > transcript.txt""")
+  printf 'hello\\n/stats\\n' | edge-spec chat bundles/qwen > transcript.txt
+  edge-spec chat bundles/qwen --max-context 1024 --system "Answer briefly."   # long chats drop old turns""")
     p.add_argument("bundle", nargs="?", metavar="BUNDLE", help="bundle directory (default: the demo bundle)")
     p.add_argument("--system", metavar="PROMPT", help="system message that starts every conversation")
+    p.add_argument("--max-context", type=common.positive_int, metavar="N",
+                   help="most tokens the conversation may hold (default: the bundle's, or what the memory budget "
+                        "allows); when it is full the oldest turns are dropped, the system prompt kept")
     common.add_sampling_options(p)
     common.add_load_options(p)
     p.set_defaults(run=run)
@@ -49,7 +53,10 @@ class Chat:
         self.engine, self.cfg, self.out = engine, cfg, out
         self.start = [{"role": "system", "content": system}] if system else []
         self.messages = list(self.start)
-        self.echo = not sys.stdin.isatty()  # piped input is not echoed by a terminal; echo it for the transcript
+        self.stdin = sys.stdin  # None when the shell closed it (`<&-`): then there is nothing to read
+        # piped input is not echoed by a terminal; echo it for the transcript
+        self.echo = self.stdin is None or not self.stdin.isatty()
+        self.dropped = 0  # messages dropped so far to keep the conversation inside the context
 
     def loop(self, bundle) -> int:
         plan = self.engine.plan
@@ -75,9 +82,11 @@ class Chat:
                 self.out.line(" (interrupted)")
 
     def read(self, prompt: str) -> str:
+        if self.stdin is None:
+            raise EOFError
         if not self.echo:
             return input(prompt)
-        line = sys.stdin.readline()
+        line = self.stdin.readline()
         if not line:
             raise EOFError
         self.out.write(prompt + line if line.endswith("\n") else prompt + line + "\n")
@@ -101,7 +110,10 @@ class Chat:
 
     def reply(self, text: str) -> None:
         self.messages.append({"role": "user", "content": text})
+        dropped = 0
         try:
+            # room for the reply: drop the oldest turns first (the system prompt stays), like llama.cpp / ollama
+            self.messages, dropped = self.engine.fit_chat(self.messages, self.cfg.max_new_tokens)
             events = self.engine.chat(self.messages, self.cfg, stream=True)
         except EdgeSpecError as exc:  # e.g. the conversation outgrew the context: keep the session alive
             self.messages.pop()
@@ -122,7 +134,11 @@ class Chat:
         if answer and not answer.endswith("\n"):
             self.out.line()
         note = {"interrupted": " (interrupted)", "length": " (max-new-tokens reached)",
-                "context_full": " (context full: /reset starts over)"}.get(finish or "", "")
+                "context_full": " (context full: the oldest turns make room next turn)"}.get(finish or "", "")
+        if dropped and not self.dropped:  # said once per session; /stats counts every drop
+            note += (f" (older turns dropped to fit the {self.engine.plan.max_context}-token context"
+                     + ("; the system prompt is kept)" if self.start else ")"))
+        self.dropped += dropped
         from edge_spec.runtime.memory import current_rss
 
         self.out.line(self.out.dim(common.stats_line(self.engine.last_stats, current_rss(),
@@ -140,7 +156,8 @@ class Chat:
             f"{st.mean_accepted_length:.2f} tokens per target pass; draft lengths (gamma:steps) "
             f"{common.gamma_hist(st.gamma_hist)}",
             f"context: {len(e.context)}/{plan.max_context} tokens in the KV cache, "
-            f"{sum(m['role'] != 'system' for m in self.messages)} messages; prompt tokens reused "
+            f"{sum(m['role'] != 'system' for m in self.messages)} messages ({self.dropped} older ones dropped to "
+            f"fit); prompt tokens reused "
             f"{st.reused_tokens}/{st.prompt_tokens}",
             f"plan: {plan.mode}, draft length <= {plan.draft_length}, {common.mib(plan.total_bytes)} planned, "
             f"{budget}; devices target={e.devices['target']} drafter={e.devices['drafter']}",

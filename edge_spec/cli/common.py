@@ -118,7 +118,7 @@ def load_engine(args: argparse.Namespace, bundle: Any) -> Engine:
     with warnings.catch_warnings(record=True) as caught:  # e.g. device fallback: one line, not file:line + source
         warnings.simplefilter("always")
         engine = Engine.load(bundle, memory_budget=args.memory_budget, device=args.device,
-                             drafter_device=args.drafter_device,
+                             drafter_device=args.drafter_device, max_context=getattr(args, "max_context", None),
                              drafting="none" if getattr(args, "no_speculation", False) else "auto")
     for w in caught:
         print(f"edge-spec: warning: {w.message}", file=sys.stderr)

@@ -33,7 +33,7 @@ from edge_spec.bundle import (
     write_manifest,
 )
 from edge_spec.errors import EdgeSpecError, ExportError
-from edge_spec.export import build, calibrate, invariance, measure, tokenizer_check, vocab_trim
+from edge_spec.export import build, calibrate, chat_template, invariance, measure, tokenizer_check, vocab_trim
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 DEFAULT_MAX_CONTEXT_CAP = 4096  # default max_context = min(checkpoint's positions, this)
@@ -210,7 +210,7 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint, 
         with _timed(say, "calibrate", f"sampling {len(prompts)} prompts from the target graph"):
             counts = calibrate.target_token_counts(
                 graphs["target"], head, tok_dir / "tokenizer.json", tok_spec.chat, prompts,
-                bos_id=tok_spec.bos_token_id, stop_ids=tok_spec.stop_token_ids)
+                stop_ids=tok_spec.stop_token_ids)
         with _timed(say, "trim", f"drafter vocabulary ({opts.trim_vocab})"):
             keep = tuple(tok_spec.special_token_ids) + tuple(tok_spec.stop_token_ids)
             kept = vocab_trim.choose_kept(counts, opts.trim_vocab, keep, opts.trim_share)
@@ -267,11 +267,28 @@ def _tokenizer_spec(src: Path, tok_dir: Path) -> TokenizerSpec:
     tok_json = tokenizer_check.load_tokenizer_json(src)
     gen_file = src / "generation_config.json"
     gen = json.loads(gen_file.read_text(encoding="utf-8")) if gen_file.is_file() else {}
-    chat = tokenizer_check.chat_format(tok)
+    runtime_tok = _effective_tokenizer(tok, tok_dir / "tokenizer.json")
+    chat = chat_template.chat_format(tok, runtime_tok)
     stops = tokenizer_check.stop_token_ids(tok, tok_json, gen, chat)
     files = tuple(f"tokenizer/{f}" for f in TOKENIZER_FILES if (tok_dir / f).is_file())
     return TokenizerSpec(files=files, vocab_size=len(tok), bos_token_id=tok.bos_token_id, stop_token_ids=stops,
                          special_token_ids=tokenizer_check.special_token_ids(tok_json), chat=chat)
+
+
+def _effective_tokenizer(tok, path: Path):
+    """The tokenizer transformers actually runs, written as the bundle's tokenizer.json; returns it loaded.
+
+    transformers 5 rebuilds some tokenizers from their class rather than from tokenizer.json
+    (Qwen2Tokenizer sets its own pre-tokenizer and NFC normalizer), so the file alone can
+    tokenize differently from ``apply_chat_template``; the runtime must match transformers."""
+    from tokenizers import Tokenizer
+
+    runtime_tok = Tokenizer.from_str(tok.backend_tokenizer.to_str())
+    runtime_tok.no_padding()
+    runtime_tok.no_truncation()
+    if runtime_tok.to_str() != Tokenizer.from_file(str(path)).to_str():
+        runtime_tok.save(str(path))
+    return Tokenizer.from_file(str(path))
 
 
 def _model_spec(root: Path, role: str, ckpt: build.Checkpoint, q: Quant, opts: ExportOptions, max_ctx: int,

@@ -15,7 +15,6 @@ from edge_spec.bundle import ChatFormat
 from edge_spec.errors import ExportError
 
 END_OF_TURN_NAMES = ("<|end|>", "<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eot|>")
-_SENTINEL = "\x00EDGE_SPEC_SENTINEL\x00"
 
 
 def load_tokenizer_json(path: Path) -> dict[str, Any]:
@@ -84,36 +83,6 @@ def check_same_tokenizer(target: Path, drafter: Path) -> None:
     if diff is not None:
         raise ExportError(f"The target and drafter tokenizers differ in {diff}; speculative decoding needs a "
                           "drafter from the same tokenizer family.")
-
-
-def _render(tok: Any, messages: list[dict[str, str]], gen: bool) -> str:
-    return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
-
-
-def chat_format(tok: Any) -> ChatFormat | None:
-    """Flatten the Jinja chat template into per-role (prefix, suffix) strings via sentinel messages."""
-    template = getattr(tok, "chat_template", None)
-    if not template or not isinstance(template, str):
-        return None
-    bos = tok.bos_token or ""
-    roles: dict[str, tuple[str, str]] = {}
-    for role in ("system", "user", "assistant"):
-        try:
-            text = _render(tok, [{"role": role, "content": _SENTINEL}], False)
-        except Exception:  # some templates refuse a lone system/assistant turn; leave that role out
-            continue
-        if text.count(_SENTINEL) != 1:
-            continue
-        prefix, suffix = text.split(_SENTINEL)
-        if bos and prefix.startswith(bos):  # the runtime adds BOS by id, not by text
-            prefix = prefix[len(bos):]
-        roles[role] = (prefix, suffix)
-    if "user" not in roles:
-        return None
-    msgs = [{"role": "user", "content": _SENTINEL}]
-    with_gen, without = _render(tok, msgs, True), _render(tok, msgs, False)
-    generation_prompt = with_gen[len(without):] if with_gen.startswith(without) else ""
-    return ChatFormat(roles=roles, generation_prompt=generation_prompt, template=template)
 
 
 def stop_token_ids(tok: Any, tok_json: dict[str, Any], gen_config: dict[str, Any], chat: ChatFormat | None

@@ -13,8 +13,9 @@ import numpy as np
 import numpy.random  # noqa: F401  (numpy imports it lazily, ~7 MiB: it must be resident before the baseline is measured)
 from tokenizers import Tokenizer
 
-from edge_spec.bundle import Manifest, read_manifest
+from edge_spec.bundle import ChatFormat, Manifest, read_manifest
 from edge_spec.errors import BundleError, EdgeSpecError
+from edge_spec.runtime import chat as chat_mod
 from edge_spec.runtime.budget import Plan, parse_budget, plan_memory
 from edge_spec.runtime.config import GenerationConfig, LoadConfig, Result, Stats, StreamEvent
 from edge_spec.runtime.detok import StreamDetokenizer, byte_table
@@ -112,27 +113,40 @@ class Engine:
              top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
              stop: Sequence[str] | None = None, speculative: bool | None = None,
              draft_length: int | None = None) -> Result | Iterator[StreamEvent]:
-        """Render ``messages`` with the bundle's chat format and answer as the assistant.
+        """Render ``messages`` with the model's chat template (flattened at export) and answer as the assistant.
 
-        KV is reused across turns: only tokens after the longest common prefix with what the
-        engine already holds are prefilled."""
+        The prompt ids are what ``tokenizer.apply_chat_template(messages, add_generation_prompt=True)``
+        gives. KV is reused across turns: only tokens after the longest common prefix of those ids
+        and the tokens the engine holds (last prompt + reply) are prefilled. A reply that fills the
+        context ends with finish_reason "context_full" (no warning: :meth:`fit_chat` makes room)."""
         cfg = _config(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                       seed=seed, stop=stop, speculative=speculative, draft_length=draft_length)
-        events = self._run(self._encode_chat(self.render_chat(messages)), cfg)
+        events = self._run(self._encode(self.encode_chat(messages)), cfg, warn_full=False)
         return events if stream else self._collect(events)
 
-    def render_chat(self, messages: Sequence[dict[str, str]]) -> str:
+    def render_chat(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        """The text of the conversation as the model's chat template renders it."""
+        return chat_mod.render_chat(self._chat_format(), messages, add_generation_prompt)
+
+    def encode_chat(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+        """Token ids of the conversation, equal to ``apply_chat_template(messages, tokenize=True, ...)``."""
+        return chat_mod.encode_chat(self.tokenizer, self._chat_format(), messages, add_generation_prompt)
+
+    def fit_chat(self, messages: Sequence[dict[str, str]], reserve: int) -> tuple[list[dict[str, str]], int]:
+        """Drop the oldest turns (never the system prompt) so the prompt leaves ``reserve`` tokens for the reply.
+
+        Returns (kept messages, number of messages dropped). When turns must go, the prompt is cut
+        to half the context, so the following turns fit without another drop; KV is reused for the
+        system prompt that stays (positions after it change, so the rest is prefilled again)."""
+        cap = self._dec.capacity
+        reserve = max(0, min(reserve, cap // 2))
+        return chat_mod.fit_chat(messages, lambda m: len(self.encode_chat(m)), cap - reserve, cap // 2)
+
+    def _chat_format(self) -> ChatFormat:
         chat = self.manifest.tokenizer.chat
         if chat is None:
             raise EdgeSpecError("This bundle has no chat format; use generate() with a plain prompt.")
-        parts = []
-        for m in messages:
-            role = m.get("role")
-            if role not in chat.roles:
-                raise EdgeSpecError(f"Unknown chat role {role!r}; this bundle knows {', '.join(chat.roles)}.")
-            prefix, suffix = chat.roles[role]
-            parts.append(prefix + str(m.get("content", "")) + suffix)
-        return "".join(parts) + chat.generation_prompt
+        return chat
 
     def reset(self) -> None:
         """Forget the conversation (KV cursors to 0). Learned step costs are kept."""
@@ -146,21 +160,6 @@ class Engine:
         return [int(t) for t in self._dec.tok[:self._dec.n]]
 
     # ------------------------------------------------------------------ internals
-    def _encode_chat(self, text: str) -> np.ndarray:
-        """Tokens of a rendered conversation, keeping the committed tokens where the text extends them.
-
-        Re-tokenizing the previous reply rarely reproduces the ids that were generated (BPE
-        merges across the turn boundary differ), which would throw away most of the KV; like
-        llama.cpp, keep the generated ids and tokenize only the new text after them."""
-        n = self._dec.n
-        if n:
-            committed = self._dec.tok[:n]
-            held = self.tokenizer.decode(committed.tolist(), skip_special_tokens=False)
-            if text.startswith(held) and len(text) > len(held):
-                rest = self.tokenizer.encode(text[len(held):], add_special_tokens=False).ids
-                return self._encode(np.concatenate((committed, np.asarray(rest, dtype=np.int64))).tolist())
-        return self._encode(text)
-
     def _encode(self, prompt: str | Sequence[int]) -> np.ndarray:
         if isinstance(prompt, str):
             ids = self.tokenizer.encode(prompt).ids
@@ -176,7 +175,7 @@ class Engine:
             raise EdgeSpecError(f"Prompt token ids must lie in [0, {vocab}).")
         return np.asarray(ids, dtype=np.int64)
 
-    def _run(self, ids: np.ndarray, cfg: GenerationConfig) -> Iterator[StreamEvent]:
+    def _run(self, ids: np.ndarray, cfg: GenerationConfig, warn_full: bool = True) -> Iterator[StreamEvent]:
         owner = object()
         self._owner = owner
         dec, t, d = self._dec, self.target, self.drafter
@@ -214,7 +213,7 @@ class Engine:
                     finish = "stop_string"
                     yield StreamEvent(text[emitted:cut], tuple(step.tokens), tuple(step.from_drafter), finish)
                     return
-                if step.finish == "context_full":
+                if step.finish == "context_full" and warn_full:
                     warnings.warn(f"Generation stopped because the context is full ({dec.capacity} tokens, the "
                                   "plan's max_context); call reset() or load with a larger memory_budget or "
                                   "max_context.", RuntimeWarning, stacklevel=2)
