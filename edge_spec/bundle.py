@@ -26,7 +26,7 @@ from edge_spec.errors import BundleError
 
 MANIFEST_NAME = "edge_spec.json"
 FORMAT = "edge-spec-bundle"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 PRECISIONS = ("int4", "int8", "fp16", "fp32")
 
 
