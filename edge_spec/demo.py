@@ -74,6 +74,17 @@ def demo_bundle(progress: Callable[[str], None] | None = None, demo_dir: Path | 
     return out
 
 
+DEMO_NAME = "demo"
+
+
+def resolve_bundle(bundle: str | os.PathLike[str], progress: Callable[[str], None] | None = None) -> Path:
+    """``"demo"`` -> the demo bundle (exported on first use); any other name, or an existing ``./demo``, as given."""
+    path = Path(bundle)
+    if str(bundle) == DEMO_NAME and not path.exists():
+        return demo_bundle(progress)
+    return path
+
+
 def _export(paths: dict[str, Path], out: Path, say: Callable[[str], None]) -> None:
     """Run ``edge-spec export`` in a child process, so this process never holds torch and the export's memory."""
     cmd = [sys.executable, "-m", "edge_spec", "export", "--target", str(paths["target"]),
