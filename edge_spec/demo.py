@@ -69,7 +69,7 @@ def demo_bundle(progress: Callable[[str], None] | None = None, demo_dir: Path | 
         raise EdgeSpecError(f"The demo bundle must be exported once, which needs the export extras ({missing[0]} is "
                             "missing); run pip install 'edge-spec[export]' or pass a bundle path.")
     say = progress or (lambda _msg: None)
-    say(f"exporting the demo models once into {out} (about a minute; later runs reuse it)")
+    say(f"exporting the demo models once into {out} (1 to 1.5 minutes on 2 cores; later runs reuse it)")
     _export(paths, out, say)
     return out
 
