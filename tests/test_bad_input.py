@@ -223,3 +223,14 @@ def test_api_prompt_and_chat_type_errors(demo_bundle):
     with pytest.raises(EdgeSpecError, match="temperature"):
         e.generate("x", temperature=float("inf"))
     assert e.generate(np.array([5, 6]), max_new_tokens=2).token_ids  # numpy ids are fine
+
+
+def test_readme_states_suite_time_fast_subset_and_the_clis_export_time():
+    readme = (ROOT / "README.md").read_text()
+    assert '-m "not slow"' in readme and "about 10 minutes" in readme
+    import inspect
+
+    from edge_spec import demo
+
+    assert "1 to 1.5 minutes on 2" in inspect.getsource(demo) and "1 to 1.5 minutes on 2" in readme
+    assert "1 to 1.5 minutes on 2" in cli("export", "--help").stdout.decode().replace("\n", " ")
