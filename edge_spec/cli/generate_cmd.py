@@ -74,7 +74,10 @@ def _prompt(value: str | None) -> str:
     else:
         if sys.stdin is not None and sys.stdin.isatty():
             print("edge-spec: reading the prompt from stdin (end it with Ctrl-D).", file=sys.stderr)
-        data = sys.stdin.buffer.read() if sys.stdin is not None else b""
+        # bytes, decoded here: the locale's decoder may raise mid-read or (C locale) smuggle surrogates to
+        # the tokenizer, which fails with a TypeError; a stream without .buffer is text already
+        buffer = getattr(sys.stdin, "buffer", None)
+        data = buffer.read() if buffer is not None else (sys.stdin.read() if sys.stdin else "").encode("utf-8")
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
