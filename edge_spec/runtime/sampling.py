@@ -125,7 +125,7 @@ class Noise:
     The noise is generated per block of 128 tokens: first the block's minimum (the minimum of n
     iid Exp(1) is Exp(1)/n, at a uniform place), then, only if needed, the others as that minimum
     plus Exp(1) (memorylessness) — the same joint law as n independent draws. A block whose
-    minimum over its largest weight cannot beat the best ratio so far is never expanded, so a
+    largest weight over its minimum cannot beat the best ratio so far is never expanded, so a
     race reads w once (a block max) and draws a few hundred numbers, not one per token.
     """
 
@@ -135,29 +135,29 @@ class Noise:
         self.starts = np.arange(0, vocab_size, _B)  # [nblocks] first token of each block
         self.sizes = np.minimum(_B, vocab_size - self.starts)  # [nblocks]
         self._block_ctr = np.arange(self.nblocks, dtype=np.uint64) * np.uint64(_SLOTS)  # [nblocks]
-        self._token_ctr = np.arange(2, _B + 2, dtype=np.uint64)  # [B] counters of a block's tokens
+        self._token_ctr = np.arange(1, _B + 2, dtype=np.uint64)  # [B + 1] slot 1: where the minimum is; 2..: tokens
 
     def race(self, w: np.ndarray, pos: int) -> int:
-        """The race winner at ``pos`` for non-negative weights ``w`` ``[V]`` (not all zero): a draw from norm(w)."""
+        """The race winner at ``pos`` for non-negative weights ``w`` ``[V]`` (not all zero): a draw from norm(w).
+
+        Written as argmax w / E (E > 0 always), so zero weights need no special case and nothing warns."""
         ctr = self._block_ctr + np.uint64(pos * self.nblocks * _SLOTS)  # [nblocks]
         m = -np.log(_uniform(self.key, ctr)) / self.sizes  # [nblocks] each block's smallest E
-        with np.errstate(divide="ignore", invalid="ignore"):
-            lb = m / np.maximum.reduceat(w, self.starts)  # [nblocks] no token of the block can do better
-        lb[np.isnan(lb)] = np.inf
-        best_t, best_v = np.inf, -1
+        ub = np.maximum.reduceat(w, self.starts) / m  # [nblocks] no token of the block can do better
+        best_r, best_v = -1.0, -1
         while True:
-            b = int(lb.argmin())
-            if not lb[b] < best_t:
+            b = int(ub.argmax())
+            if not ub[b] > best_r:
                 return best_v
-            lb[b] = np.inf
+            ub[b] = -1.0
             s, n = int(self.starts[b]), int(self.sizes[b])
-            e = m[b] - np.log(_uniform(self.key, ctr[b] + self._token_ctr[:n]))  # [n]
-            e[int(_uniform(self.key, ctr[b:b + 1] + np.uint64(1))[0] * n)] = m[b]
-            with np.errstate(divide="ignore"):
-                t = e / w[s:s + n]
-            j = int(t.argmin())
-            if t[j] < best_t:
-                best_t, best_v = float(t[j]), s + j
+            u = _uniform(self.key, ctr[b] + self._token_ctr[:n + 1])  # [n + 1] where the minimum is, then tokens
+            e = m[b] - np.log(u[1:])  # [n] the block's other draws: its minimum plus Exp(1)
+            e[int(u[0] * n)] = m[b]
+            r = w[s:s + n] / e
+            j = int(r.argmax())
+            if r[j] > best_r:
+                best_r, best_v = float(r[j]), s + j
 
 
 def verify_greedy(p_logits: np.ndarray, drafted: np.ndarray | list[int]) -> tuple[int, int]:
