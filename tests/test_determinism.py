@@ -73,3 +73,12 @@ def test_tiny_temperature_is_near_greedy(engine):
     for t in (1e-38, 1e-45):
         r = engine.generate(PROMPT, max_new_tokens=24, temperature=t, seed=0, config={"stop_token_ids": ()})
         assert r.token_ids == greedy.token_ids
+
+
+def test_cli_seed_reproduces_across_runs(bundle):
+    cmd = [sys.executable, "-m", "edge_spec", "generate", str(bundle), "--prompt", PROMPT, "--temperature", "0.9",
+           "--seed", "5", "--max-new-tokens", "40", "--json"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    ids = [json.loads(subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout)["token_ids"]
+           for _ in range(3)]
+    assert ids[0] == ids[1] == ids[2] and len(ids[0]) > 0
