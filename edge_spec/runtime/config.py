@@ -11,7 +11,7 @@ from edge_spec.errors import EdgeSpecError
 from edge_spec.runtime.sampling import SamplingConfig
 
 
-def _whole(x: object) -> bool:
+def is_whole(x: object) -> bool:
     """An int (numpy ints too), not a bool and not a float that happens to be whole."""
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
@@ -38,14 +38,15 @@ class GenerationConfig:
             raise EdgeSpecError(f"stop={self.stop!r} must be a string or a list of strings.")
         object.__setattr__(self, "stop", tuple(stop))
         if self.stop_token_ids is not None:
-            if not isinstance(self.stop_token_ids, (list, tuple)) or not all(_whole(t) for t in self.stop_token_ids):
+            ids = self.stop_token_ids
+            if not isinstance(ids, (list, tuple)) or not all(is_whole(t) for t in ids):
                 raise EdgeSpecError(f"stop_token_ids={self.stop_token_ids!r} must be whole numbers (token ids).")
             object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
-        if self.seed is not None and (not _whole(self.seed) or self.seed < 0):
+        if self.seed is not None and (not is_whole(self.seed) or self.seed < 0):
             raise EdgeSpecError(f"seed={self.seed!r} must be a whole number >= 0 (or None for a fresh one).")
-        if not _whole(self.max_new_tokens) or self.max_new_tokens < 1:
+        if not is_whole(self.max_new_tokens) or self.max_new_tokens < 1:
             raise EdgeSpecError(f"max_new_tokens={self.max_new_tokens!r} must be a positive integer.")
-        if self.draft_length is not None and (not _whole(self.draft_length) or self.draft_length < 0):
+        if self.draft_length is not None and (not is_whole(self.draft_length) or self.draft_length < 0):
             raise EdgeSpecError(f"draft_length={self.draft_length!r} must be None (adaptive) or an integer >= 0.")
         if any(not s for s in self.stop):
             raise EdgeSpecError("stop strings must be non-empty.")

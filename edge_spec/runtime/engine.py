@@ -17,7 +17,7 @@ from edge_spec.bundle import Manifest, read_manifest
 from edge_spec.demo import resolve_bundle
 from edge_spec.errors import BundleError, EdgeSpecError
 from edge_spec.runtime.budget import Plan, parse_budget, plan_memory
-from edge_spec.runtime.config import GenerationConfig, LoadConfig, Result, Stats, StreamEvent
+from edge_spec.runtime.config import GenerationConfig, LoadConfig, Result, Stats, StreamEvent, is_whole
 from edge_spec.runtime.detok import StreamDetokenizer, byte_table
 from edge_spec.runtime.drafting import DraftPolicy
 from edge_spec.runtime.memory import current_rss
@@ -164,7 +164,7 @@ class Engine:
             ids = self.tokenizer.encode(prompt).ids
         elif isinstance(prompt, np.ndarray) and prompt.dtype.kind in "iu" and prompt.ndim == 1:
             ids = prompt.tolist()
-        elif isinstance(prompt, (list, tuple)) and all(_whole(t) for t in prompt):
+        elif isinstance(prompt, (list, tuple)) and all(is_whole(t) for t in prompt):
             ids = [int(t) for t in prompt]
         else:  # 1.5 or 'a' as a token id is a bug in the caller: say so rather than truncate or crash
             raise EdgeSpecError(f"The prompt must be text or a list of int token ids, not {_preview(prompt)}.")
@@ -254,10 +254,6 @@ class Engine:
         return self.plan.describe() + f"\n  devices: target={self.devices['target']}, drafter={self.devices['drafter']}"
 
 
-def _whole(x: object) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-
-
 def _preview(x: object) -> str:
     text = repr(x)
     return f"{type(x).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
@@ -297,6 +293,6 @@ def _load_id_map(root: Path, m: Manifest) -> np.ndarray:
                           f"ids but is {id_map.dtype}{list(id_map.shape)}; re-export the bundle.")
     if id_map.min() < 0 or id_map.max() >= m.target.vocab_size:
         raise BundleError(f"The drafter id map '{path}' has ids outside the target vocabulary; re-export the bundle.")
-    if len(np.unique(id_map)) != len(id_map):  # two drafter rows for one token would double-count its q
+    if len(np.unique(id_map)) != len(id_map):  # a target id with two drafter rows: q over target ids is ill-defined
         raise BundleError(f"The drafter id map '{path}' lists a target id twice; re-export the bundle.")
     return id_map.astype(np.int64)

@@ -102,7 +102,8 @@ class Decoder:
 
     # -- one step ------------------------------------------------------------------------
     def draft(self, gamma: int, cfg: SamplingConfig, noise: Noise, threshold: float) -> int:
-        """Fill ``self.drafts[:g]`` (and q rows); returns g <= gamma."""
+        """Fill ``self.drafts[:g]`` (target ids); returns g <= gamma. Sampled drafts race q against the
+        noise the target will race p against at the same positions (see :func:`verify`)."""
         self.t_draft = 0.0
         self.drafter_passes = 0
         if gamma == 0:
