@@ -167,6 +167,7 @@ def _build(cls: type, data: Any, where: str) -> Any:
             if f.default is not MISSING or f.default_factory is not MISSING:
                 continue
             raise BundleError(f"The manifest is missing '{where}.{f.name}'; re-export the bundle.")
+        _check_type(data[f.name], str(f.type), f"{where}.{f.name}")
         kwargs[f.name] = data[f.name]
     try:
         return cls(**kwargs)
@@ -174,10 +175,57 @@ def _build(cls: type, data: Any, where: str) -> Any:
         raise BundleError(f"The manifest field '{where}' is malformed ({exc}); re-export the bundle.") from None
 
 
+_SCALARS = {"int": (int,), "str": (str,), "float": (int, float), "bool": (bool,)}
+
+
+def _check_type(value: Any, annotation: str, where: str) -> None:
+    """Scalar fields must have their declared JSON type (``"six"`` is not a layer count, ``true`` not a number)."""
+    kinds = [k.strip() for k in annotation.split("|")]
+    if "None" in kinds and value is None:
+        return
+    allowed = tuple(t for k in kinds for t in _SCALARS.get(k, ()))
+    if len(allowed) != len([k for k in kinds if k != "None"]) or not allowed:
+        return  # containers and nested objects are checked where they are built
+    if isinstance(value, bool) and bool not in allowed or not isinstance(value, allowed):
+        want = " or ".join(k for k in kinds if k != "None") + (" or null" if "None" in kinds else "")
+        raise BundleError(f"The manifest field '{where}' should be {want} but is {json.dumps(value)[:40]}; "
+                          "the manifest was edited or damaged, re-export the bundle.")
+
+
+def _at_least(value: int, low: int, where: str) -> None:
+    if value < low:
+        raise BundleError(f"The manifest field '{where}' is {value} but must be >= {low}; the manifest was edited "
+                          "or damaged, re-export the bundle.")
+
+
+def _check_model(spec: ModelSpec, where: str) -> None:
+    """Ranges and the identities between fields; the graph itself is checked when its session is created."""
+    for name in ("num_layers", "num_attention_heads", "num_kv_heads", "head_size", "hidden_size", "vocab_size",
+                 "full_vocab_size", "max_context", "kv_bytes_per_token"):
+        _at_least(getattr(spec, name), 1, f"{where}.{name}")
+    for name in ("weight_bytes", "load_bytes"):
+        _at_least(getattr(spec, name), 0, f"{where}.{name}")
+    if spec.quantization.io_dtype not in ("float32", "float16"):
+        raise BundleError(f"The manifest field '{where}.quantization.io_dtype' is "
+                          f"{spec.quantization.io_dtype!r} but must be float32 or float16; re-export the bundle.")
+    kv = 2 * spec.num_layers * spec.num_kv_heads * spec.head_size * (2 if spec.quantization.io_dtype == "float16"
+                                                                     else 4)
+    if spec.kv_bytes_per_token != kv:
+        raise BundleError(f"The manifest field '{where}.kv_bytes_per_token' is {spec.kv_bytes_per_token} but "
+                          f"2 x layers x kv_heads x head_size x dtype bytes is {kv}; re-export the bundle.")
+    if spec.num_attention_heads % spec.num_kv_heads or spec.vocab_size > spec.full_vocab_size:
+        raise BundleError(f"The manifest's '{where}' has inconsistent heads ({spec.num_attention_heads} / "
+                          f"{spec.num_kv_heads} KV) or vocabulary ({spec.vocab_size} of {spec.full_vocab_size}); "
+                          "re-export the bundle.")
+    if not spec.workspace_bytes or min(spec.workspace_bytes) < 1 or min(spec.workspace_bytes.values()) < 0:
+        raise BundleError(f"The manifest field '{where}.workspace_bytes' must map pass sizes >= 1 to byte counts "
+                          ">= 0; re-export the bundle.")
+
+
 def _model(data: Any, where: str) -> ModelSpec:
     spec = _build(ModelSpec, data, where)
     try:
-        return ModelSpec(**{
+        spec = ModelSpec(**{
             **asdict(spec),
             "quantization": _build(Quantization, data["quantization"], f"{where}.quantization"),
             "data_files": tuple(spec.data_files),
@@ -185,6 +233,8 @@ def _model(data: Any, where: str) -> ModelSpec:
         })
     except (AttributeError, ValueError, TypeError) as exc:
         raise BundleError(f"The manifest field '{where}' is malformed ({exc}); re-export the bundle.") from None
+    _check_model(spec, where)
+    return spec
 
 
 def manifest_from_json(data: Any) -> Manifest:
@@ -211,6 +261,18 @@ def manifest_from_json(data: Any) -> Manifest:
         except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
             raise BundleError(f"The manifest field 'tokenizer.chat' is malformed ({exc}); re-export the bundle.") \
                 from None
+    for name in ("files", "stop_token_ids", "special_token_ids"):
+        if not isinstance(getattr(tok, name), list):
+            raise BundleError(f"The manifest field 'tokenizer.{name}' should be a list; re-export the bundle.")
+    _at_least(tok.vocab_size, 1, "tokenizer.vocab_size")
+    for name, want in (("files", str), ("stop_token_ids", int), ("special_token_ids", int)):
+        for x in getattr(tok, name):
+            if isinstance(x, bool) or not isinstance(x, want) or want is int and not 0 <= x < tok.vocab_size:
+                raise BundleError(f"The manifest field 'tokenizer.{name}' holds {json.dumps(x)[:40]}, not "
+                                  + ("a path" if want is str else f"a token id in [0, {tok.vocab_size})")
+                                  + "; re-export the bundle.")
+    if not tok.files:
+        raise BundleError("The manifest field 'tokenizer.files' is empty; re-export the bundle.")
     tok = TokenizerSpec(files=tuple(tok.files), vocab_size=tok.vocab_size, bos_token_id=tok.bos_token_id,
                         stop_token_ids=tuple(tok.stop_token_ids), special_token_ids=tuple(tok.special_token_ids),
                         chat=chat)
@@ -239,14 +301,27 @@ def read_manifest(bundle: str | os.PathLike[str]) -> Manifest:
                           "create one with 'edge-spec export'.")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except PermissionError:
+        raise _unreadable(root, MANIFEST_NAME) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BundleError(f"{path} is not valid JSON ({exc.__class__.__name__} at {getattr(exc, 'lineno', '?')}); "
                           "the bundle is corrupt, re-export it.") from None
+    except OSError as exc:
+        raise BundleError(f"{path} cannot be read ({exc.strerror or exc}); check the disk or copy the bundle "
+                          "again.") from None
     manifest = manifest_from_json(data)
     for rel in bundle_files(manifest):
         if not (root / rel).is_file():
             raise BundleError(f"The bundle is missing '{rel}' named in its manifest; re-export the bundle.")
+        if not os.access(root / rel, os.R_OK):
+            raise _unreadable(root, rel)
     return manifest
+
+
+def _unreadable(root: Path, rel: str) -> BundleError:
+    """Not corruption, and re-exporting does not help: the files' owner must grant read access."""
+    return BundleError(f"'{rel}' in the bundle '{root}' is not readable by this user (permission denied); ask its "
+                       f"owner to run: chmod -R a+rX {root}")
 
 
 def bundle_files(m: Manifest) -> list[str]:

@@ -69,9 +69,20 @@ def demo_bundle(progress: Callable[[str], None] | None = None, demo_dir: Path | 
         raise EdgeSpecError(f"The demo bundle must be exported once, which needs the export extras ({missing[0]} is "
                             "missing); run pip install 'edge-spec[export]' or pass a bundle path.")
     say = progress or (lambda _msg: None)
-    say(f"exporting the demo models once into {out} (about a minute; later runs reuse it)")
+    say(f"exporting the demo models once into {out} (1 to 1.5 minutes on 2 cores; later runs reuse it)")
     _export(paths, out, say)
     return out
+
+
+DEMO_NAME = "demo"
+
+
+def resolve_bundle(bundle: str | os.PathLike[str], progress: Callable[[str], None] | None = None) -> Path:
+    """``"demo"`` -> the demo bundle (exported on first use); any other name, or an existing ``./demo``, as given."""
+    path = Path(bundle)
+    if str(bundle) == DEMO_NAME and not path.exists():
+        return demo_bundle(progress)
+    return path
 
 
 def _export(paths: dict[str, Path], out: Path, say: Callable[[str], None]) -> None:

@@ -157,7 +157,7 @@ def test_inspect_with_budget(capsys, demo_bundle: Path) -> None:
     from edge_spec.runtime.memory import current_rss
 
     budget = current_rss() + 60_000_000  # the plan includes this process's baseline, as Engine.load's does
-    rc = main(["inspect", str(demo_bundle), "--memory-budget", str(budget)])
+    rc = main(["inspect", str(demo_bundle), "--memory-budget", f"{budget}B"])
     out, err = capsys.readouterr()
     assert rc == 0, err
     for needle in ("target", "drafter", "int4", "drafter keeps", "LM head", "stop tokens", "chat", "source",

@@ -22,6 +22,7 @@ def test_bench_report_plots_and_sweep(capsys, tmp_path: Path, demo_bundle: Path)
     stdout, err = capsys.readouterr()
     assert rc == 0, err
     assert "speedup" in stdout and "peak RSS" in stdout and "refused" in stdout
+    assert "(min–max)" in stdout and "warm-up" in stdout  # the spread is stated, after a warm-up
     for name in ("report.md", "bench.png", "sweep.png", "results.json"):
         assert (out / name).is_file(), name
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -35,6 +36,7 @@ def test_bench_report_plots_and_sweep(capsys, tmp_path: Path, demo_bundle: Path)
     refused, ok = res["sweep"]
     assert not refused["ok"] and "raise memory_budget" in refused["error"]
     assert ok["ok"] and ok["mode"] == "speculative" and ok["tokens_per_second"] > 0
+    assert 0 < ok["tps_min"] <= ok["tps_median"] <= ok["tps_max"]
     assert 0 < ok["peak_rss"] <= ok["budget"]  # per-process peak (VmHWM), within the budget the plan promised
 
 

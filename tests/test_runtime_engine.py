@@ -11,7 +11,7 @@ from test_runtime_support import plain_logits, runtime_bundle
 
 from edge_spec import Engine
 from edge_spec.errors import EdgeSpecError
-from edge_spec.runtime.sampling import SamplingConfig, probs, sample, verify
+from edge_spec.runtime.sampling import Noise, SamplingConfig, probs, verify
 
 pytestmark = pytest.mark.slow
 
@@ -124,15 +124,20 @@ def test_verify_with_real_p_and_q_is_distributed_as_p(engine, bundle, cfg):
     _, p_logits, q_logits, id_map = _real_pq(engine, bundle, "Once upon a time there was")
     p = probs(p_logits.astype(np.float64), cfg)
     q = probs(q_logits.astype(np.float64), cfg)  # over the drafter's (maybe trimmed) vocabulary
-    rng = np.random.default_rng(0)
+    q_full = np.zeros(p.shape[1])  # q over target ids, as the decoder races it
+    q_full[id_map if id_map is not None else slice(None)] = q[0]
+    noise = Noise(0, p.shape[1])
     counts = np.zeros(p.shape[1])
-    for _ in range(20000):
-        j = sample(q[0], rng)
-        x = int(id_map[j]) if id_map is not None else j
-        acc, nxt = verify(np.vstack([p, p]), q, [x], rng, id_map, [j] if id_map is not None else None)
+    accepted = 0
+    for pos in range(20000):
+        x = noise.race(q_full, pos)
+        acc, nxt = verify(np.vstack([p, p]), [x], noise, pos)
         counts[x if acc else nxt] += 1
+        accepted += acc
     assert counts[p[0] == 0].sum() == 0
     assert _chi2(counts, p[0]) > 1e-3
+    tv = 0.5 * np.abs(p[0] - q_full).sum()
+    assert accepted / 20000 > (1 - tv) / (1 + tv) - 0.02  # the coupling's acceptance guarantee
 
 
 def test_sampled_speculative_first_token_is_distributed_as_p(engine, bundle):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from edge_spec.runtime.drafting import DraftPolicy, lookup_draft
-from edge_spec.runtime.sampling import SamplingConfig
+from edge_spec.runtime.sampling import Noise, SamplingConfig
 from edge_spec.runtime.speculative import Decoder, decode
 
 V = 12
@@ -55,7 +55,7 @@ GREEDY = SamplingConfig()
 def run(dec, ids, cfg=GREEDY, gamma=None, max_new=30, stop=frozenset(), seed=0, threshold=0.0):
     dec.set_context(np.asarray(ids, dtype=np.int64))
     policy = None if gamma is None else DraftPolicy(dec.max_gamma, fixed=gamma)
-    steps = list(decode(dec, cfg, policy, np.random.default_rng(seed), max_new, stop, threshold))
+    steps = list(decode(dec, cfg, policy, Noise(seed, V), max_new, stop, threshold))
     return [t for s in steps for t in s.tokens], steps
 
 
@@ -136,7 +136,7 @@ def test_interrupted_stream_leaves_consistent_kv():
     target, drafter = FakeModel(table_logits(0)), FakeModel(table_logits(2, 1.0))
     dec = Decoder(target, drafter, max_gamma=4)
     dec.set_context(np.array([1, 2, 3]))
-    gen = decode(dec, SamplingConfig(), DraftPolicy(4, fixed=4), np.random.default_rng(0), 50, frozenset())
+    gen = decode(dec, SamplingConfig(), DraftPolicy(4, fixed=4), Noise(0, V), 50, frozenset())
     next(gen)
     next(gen)
     gen.close()
@@ -270,3 +270,34 @@ def test_sampled_first_token_matches_target_distribution(temperature):
     exp = np.append(p[keep], p[~keep].sum()) * 1500
     obs = np.append(counts[keep], counts[~keep].sum())
     assert chisquare(obs[exp > 0], exp[exp > 0]).pvalue > 1e-3
+
+
+class RandomGammaPolicy(DraftPolicy):
+    """A draft-length policy that picks gamma at random each step, like timing noise does to the adaptive one."""
+
+    def __init__(self, max_gamma: int, seed: int) -> None:
+        super().__init__(max_gamma, fixed=max_gamma)
+        self.rng = np.random.default_rng(seed)
+
+    def next_gamma(self) -> int:
+        return int(self.rng.integers(0, self.max_gamma + 1))
+
+
+@pytest.mark.parametrize("trimmed", [False, True])
+def test_sampled_output_is_the_same_for_any_draft_lengths(trimmed):
+    """Same seed -> same sampled tokens whatever gamma each step uses, and the same as plain AR sampling."""
+    cfg = SamplingConfig(0.9, 0, 0.95)
+    id_map = np.array([0, 1, 2, 3, 5, 6, 8, 9, 11]) if trimmed else None
+    ar, _ = run(Decoder(FakeModel(table_logits(0)), None), [2, 3], cfg, max_new=40, seed=9)
+    outs, accepted = set(), 0
+    for policy_seed in range(6):
+        dec = Decoder(FakeModel(table_logits(0)), FakeModel(table_logits(5, 0.5), id_map=id_map), max_gamma=5,
+                      id_map=id_map)
+        dec.set_context(np.array([2, 3]))
+        steps = list(decode(dec, cfg, RandomGammaPolicy(5, policy_seed), Noise(9, V), 40, frozenset()))
+        outs.add(tuple(t for s in steps for t in s.tokens))
+        accepted += sum(s.accepted for s in steps)
+    assert outs == {tuple(ar)}
+    assert accepted > 40  # drafts really were accepted along the way
+    other, _ = run(Decoder(FakeModel(table_logits(0)), None), [2, 3], cfg, max_new=40, seed=10)
+    assert other != ar  # the seed matters

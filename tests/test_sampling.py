@@ -1,4 +1,4 @@
-"""Pure sampling functions: the shared transform, and the lossless verify rule (chi-square against p)."""
+"""Pure sampling functions: the shared transform, the seeded race, and the lossless verify rule (chi-square vs p)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from edge_spec.errors import EdgeSpecError
-from edge_spec.runtime.sampling import SamplingConfig, probs, sample, verify, verify_greedy
+from edge_spec.runtime.sampling import Noise, SamplingConfig, probs, verify, verify_greedy
 
 scipy_stats = pytest.importorskip("scipy.stats")
 
@@ -27,11 +27,42 @@ def test_transform_temperature_top_k_top_p():
         SamplingConfig(1.0, top_p=0.0)
 
 
-def test_sample_never_picks_zero_mass():
-    rng = np.random.default_rng(0)
+def test_race_never_picks_zero_mass_and_is_keyed_by_position():
     p = np.array([0.0, 0.3, 0.0, 0.7, 0.0])
-    draws = {sample(p, rng) for _ in range(2000)}
-    assert draws == {1, 3}
+    noise = Noise(0, len(p))
+    draws = [noise.race(p, pos) for pos in range(2000)]
+    assert set(draws) == {1, 3}
+    assert draws == [Noise(0, len(p)).race(p, pos) for pos in range(2000)]  # same seed, same position -> same
+    assert draws != [Noise(1, len(p)).race(p, pos) for pos in range(2000)]
+
+
+@pytest.mark.parametrize("v", [5, 300, 1000])
+def test_race_is_distributed_as_the_weights(v):
+    """The blocked exponential race (blocks of 128, expanded lazily) draws from norm(w), also with zeros."""
+    rng = np.random.default_rng(v)
+    w = rng.gamma(0.3, size=v).astype(np.float32)
+    w[rng.random(v) < 0.3] = 0.0
+    noise, n = Noise(7, v), 6000
+    counts = np.bincount([noise.race(w, pos) for pos in range(n)], minlength=v)
+    p = w.astype(np.float64) / w.sum(dtype=np.float64)
+    assert counts[p == 0].sum() == 0
+    assert _chi2_ok(counts, p, n) > 1e-3
+
+
+def test_tiny_temperature_is_near_greedy_not_nan():
+    logits = np.array([[1.0, 3.0, 2.0, 3.0 - 1e-6]], dtype=np.float32)
+    for t in (1e-38, 1e-45, 5e-324, 1e-300):
+        p = probs(logits, SamplingConfig(t))
+        assert np.isfinite(p).all() and p[0, 1] == 1.0
+        p32 = probs(logits, SamplingConfig(t), out=np.empty_like(logits))
+        assert np.isfinite(p32).all() and int(p32[0].argmax()) == 1
+
+
+@pytest.mark.parametrize("bad", [{"temperature": "hot"}, {"temperature": float("inf")}, {"temperature": float("nan")},
+                                 {"top_k": 2.5}, {"top_p": "x"}, {"top_k": True}])
+def test_sampling_config_rejects_non_numbers_in_one_sentence(bad):
+    with pytest.raises(EdgeSpecError):
+        SamplingConfig(**bad)
 
 
 def test_verify_greedy():
@@ -48,6 +79,15 @@ def _chi2_ok(counts: np.ndarray, p: np.ndarray, n: int) -> float:
     return scipy_stats.chisquare(obs[exp > 0], exp[exp > 0] * obs.sum() / exp[exp > 0].sum()).pvalue
 
 
+def _draft(q: np.ndarray, noise: Noise, pos: int, id_map: np.ndarray | None, v: int) -> int:
+    """What the decoder drafts: race q (scattered to target ids when trimmed) with the target's noise."""
+    if id_map is None:
+        return noise.race(q, pos)
+    full = np.zeros(v)
+    full[id_map] = q
+    return noise.race(full, pos)
+
+
 @pytest.mark.parametrize("cfg", [SamplingConfig(1.0), SamplingConfig(0.7), SamplingConfig(0.7, top_p=0.9),
                                  SamplingConfig(1.0, top_k=20)])
 @pytest.mark.parametrize("trimmed", [False, True])
@@ -60,29 +100,49 @@ def test_verify_first_token_is_distributed_as_p(cfg, trimmed):
     id_map = np.sort(rng.choice(v, size=40, replace=False)) if trimmed else None
     p = probs(target_logits, cfg)
     q = probs(drafter_logits[:1, id_map] if trimmed else drafter_logits[:1], cfg)
+    noise = Noise(3, v)
     counts = np.zeros(v)
-    for _ in range(n):
-        j = sample(q[0], rng)
-        x = int(id_map[j]) if trimmed else j
-        acc, nxt = verify(p, q, [x], rng, id_map, [j] if trimmed else None)
+    accepted = 0
+    for pos in range(n):
+        x = _draft(q[0], noise, pos, id_map, v)
+        acc, nxt = verify(p, [x], noise, pos)
         counts[x if acc == 1 else nxt] += 1
+        accepted += acc
     assert counts[p[0] == 0].sum() == 0
     assert _chi2_ok(counts, p[0], n) > 1e-3
+    # the coupling's guarantee: P(accept) >= (1 - TV) / (1 + TV), TV over target ids
+    q_full = np.zeros(v)
+    q_full[id_map if trimmed else slice(None)] = q[0]
+    tv = 0.5 * np.abs(p[0] - q_full).sum()
+    assert accepted / n > (1 - tv) / (1 + tv) - 0.03
 
 
 def test_verify_deterministic_drafts_are_lossless():
-    """Prompt-lookup drafts (q one-hot) keep the output distributed as p."""
+    """Prompt-lookup drafts (q one-hot) keep the output distributed as p, accepted with probability p(x)."""
     rng = np.random.default_rng(2)
     p = probs(rng.normal(0, 1.5, size=(2, 32)), SamplingConfig(1.0))
     counts = np.zeros(32)
-    n = 5000
-    for _ in range(n):
-        acc, nxt = verify(p, None, [7], rng)
+    noise, n, accepted = Noise(4, 32), 5000, 0
+    for pos in range(n):
+        acc, nxt = verify(p, [7], noise, pos)
         counts[7 if acc == 1 else nxt] += 1
+        accepted += acc
     assert _chi2_ok(counts, p[0], n) > 1e-3
+    assert abs(accepted / n - p[0, 7]) < 4 * np.sqrt(p[0, 7] / n) + 1e-3
 
 
 def test_verify_bonus_after_all_accepted():
     p = np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
-    q = np.array([[0.0, 1.0, 0.0]])
-    assert verify(p, q, [1], np.random.default_rng(0)) == (1, 2)
+    assert verify(p, [1], Noise(0, 3), 0) == (1, 2)
+
+
+def test_verified_token_does_not_depend_on_the_draft():
+    """The committed token at a position is the plain sample there, whatever was drafted (determinism)."""
+    rng = np.random.default_rng(5)
+    p = probs(rng.normal(0, 1.0, size=(3, 50)), SamplingConfig(1.0))
+    noise = Noise(11, 50)
+    for pos in range(200):
+        plain = [noise.race(p[i], pos + i) for i in range(3)]
+        for drafted in ([], [plain[0]], plain[:2], [int(rng.integers(50)), 3]):
+            acc, nxt = verify(p[:len(drafted) + 1], drafted, noise, pos)
+            assert list(drafted[:acc]) + [nxt] == plain[:acc + 1]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_spec.cli import common
-from edge_spec.cli.bench_report import SAMPLINGS, plots, report, sweep_table, table
+from edge_spec.cli.bench_report import SAMPLINGS, SPREAD_NOTE, plots, report, sweep_table, table
 from edge_spec.errors import EdgeSpecError
 from edge_spec.runtime.memory import peak_rss
 
@@ -51,7 +51,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
   edge-spec bench bundles/qwen --prompts my_prompts.tsv --repeats 5 --max-new-tokens 256 --out results/qwen
   edge-spec bench bundles/qwen --budget-sweep                  # auto: planner's lower bound .. no limit
   edge-spec bench bundles/qwen --budget-sweep 150MB,200MB,400MB --repeats 1""")
-    p.add_argument("bundle", metavar="BUNDLE", help="bundle directory")
+    p.add_argument("bundle", metavar="BUNDLE", help=common.BUNDLE_HELP)
     p.add_argument("--prompts", metavar="FILE", help="prompt file (default: the built-in set)")
     p.add_argument("--out", default="edge-spec-bench", metavar="DIR", help="report directory (default %(default)s)")
     p.add_argument("--repeats", type=common.positive_int, default=3, metavar="N", help="runs per prompt (default 3)")
@@ -79,20 +79,21 @@ def run(args: argparse.Namespace) -> int:
         if not sweep:
             raise EdgeSpecError("--budget-sweep needs sizes like 150MB,300MB, or 'auto'.")
     out = Path(args.out)
+    err = common.Console(sys.stderr)
+    args.bundle = str(common.bundle_path(args.bundle))  # 'demo' -> its directory, for the sweep's workers too
+    engine = common.load_engine(args, args.bundle)  # a bad bundle fails here, before anything is written
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise EdgeSpecError(f"Cannot create the report directory '{out}' ({exc.strerror}); choose another --out.") \
             from None
     plot = _matplotlib()
-    err = common.Console(sys.stderr)
-    engine = common.load_engine(args, args.bundle)
     records = measure(engine, prompts, args.repeats, args.max_new_tokens, args.draft_length,
                       say=lambda msg: err.line(err.dim(f"edge-spec bench: {msg}")))
     rows = summarize(records, prompts)
     peak = peak_rss()
-    common.Console(sys.stdout).line(table(rows) + f"\npeak RSS {common.mib(peak)} "
-                                                  f"(planned {common.mib(engine.plan.total_bytes)})")
+    common.Console(sys.stdout).line(table(rows) + f"\n{SPREAD_NOTE.format(n=args.repeats)}\npeak RSS "
+                                                  f"{common.mib(peak)} (planned {common.mib(engine.plan.total_bytes)})")
     points = None
     if args.budget_sweep:
         points = budget_sweep(args, prompts, sweep, say=lambda msg: err.line(err.dim(f"edge-spec bench: {msg}")))
@@ -155,8 +156,11 @@ def measure(engine: Any, prompts: list[tuple[str, str]], repeats: int, max_new: 
         return engine.generate(text, cfg).stats
 
     texts = [_prompt_text(engine, c, t) for c, t in prompts]
-    for mode in modes:  # warm-up: first-call costs, and the adaptive policy's step-cost estimates
-        once(texts[0], 0.0, 0, mode, min(16, max_new))
+    # Warm-up, not recorded: ORT's first-call allocations and the adaptive policy's step-cost estimates
+    # (a cold policy probes several draft lengths), so that repeat 0 is not slower than the rest.
+    for mode in modes:
+        for text in texts[:2]:
+            once(text, 0.0, 0, mode, min(64, max_new))
     records = []
     for i, ((category, _), text) in enumerate(zip(prompts, texts)):
         say(f"prompt {i + 1}/{len(prompts)} ({category})")
@@ -175,7 +179,14 @@ def _agg(recs: list[dict[str, Any]]) -> dict[str, float]:
     tokens = sum(r["tokens"] for r in recs)
     seconds = sum(r["seconds"] for r in recs)
     drafted, passes = sum(r["drafted"] for r in recs), sum(r["target_passes"] for r in recs)
+    per_repeat = defaultdict(lambda: [0, 0.0])  # the spread: tok/s of each repeat over the same prompts
+    for r in recs:
+        per_repeat[r["repeat"]][0] += r["tokens"]
+        per_repeat[r["repeat"]][1] += r["seconds"]
+    tps = sorted(t / s for t, s in per_repeat.values() if s) or [0.0]
     return {"tokens_per_second": tokens / seconds if seconds else 0.0,
+            "tps_median": tps[len(tps) // 2] if len(tps) % 2 else (tps[len(tps) // 2 - 1] + tps[len(tps) // 2]) / 2,
+            "tps_min": tps[0], "tps_max": tps[-1],
             "acceptance": sum(r["accepted"] for r in recs) / drafted if drafted else 0.0,
             "tokens_per_pass": tokens / passes if passes else 0.0}
 
@@ -198,7 +209,8 @@ def summarize(records: list[dict[str, Any]], prompts: list[tuple[str, str]]) -> 
             for r in sd_recs:
                 hist.update({int(g): n for g, n in r["gamma_hist"].items()})
             rows.append({"category": cat, "sampling": sampling, "ar_tps": ar["tokens_per_second"],
-                         "sd_tps": sd["tokens_per_second"],
+                         "sd_tps": sd["tokens_per_second"], "ar_range": (ar["tps_min"], ar["tps_max"]),
+                         "sd_range": (sd["tps_min"], sd["tps_max"]),
                          "speedup": sd["tokens_per_second"] / ar["tokens_per_second"] if ar["tokens_per_second"]
                          else 0.0,
                          "acceptance": sd["acceptance"], "tokens_per_pass": sd["tokens_per_pass"],

@@ -13,9 +13,20 @@ MiB = common.MiB
 SAMPLINGS = (("greedy", 0.0), ("T=0.7", 0.7))
 
 
+SPREAD_NOTE = ("tok/s: all runs of a row pooled; in brackets the lowest and highest tok/s of one repeat "
+               "(n = {n}) over the same prompts, measured after an unrecorded warm-up.")
+
+
+def _range(r: dict[str, Any], key: str) -> str:
+    lo, hi = r.get(key, (0.0, 0.0))
+    return f" ({lo:.0f}–{hi:.0f})"
+
+
 def table(rows: list[dict[str, Any]], md: bool = False) -> str:
-    head = ["category", "sampling", "AR tok/s", "spec tok/s", "speedup", "acceptance", "tokens/pass"]
-    body = [[r["category"], r["sampling"], f"{r['ar_tps']:.1f}", f"{r['sd_tps']:.1f}", f"{r['speedup']:.2f}x",
+    head = ["category", "sampling", "AR tok/s (min–max)", "spec tok/s (min–max)", "speedup", "acceptance",
+            "tokens/pass"]
+    body = [[r["category"], r["sampling"], f"{r['ar_tps']:.1f}" + _range(r, "ar_range"),
+             f"{r['sd_tps']:.1f}" + _range(r, "sd_range"), f"{r['speedup']:.2f}x",
              f"{r['acceptance']:.0%}", f"{r['tokens_per_pass']:.2f}"] for r in rows]
     return _grid(head, body, md)
 
@@ -29,7 +40,8 @@ def _grid(head: list[str], body: list[list[str]], md: bool) -> str:
 
 
 def sweep_table(points: list[dict[str, Any]], md: bool = False) -> str:
-    head = ["budget", "mode", "context", "max γ", "planned", "peak RSS", "≤ budget", "tok/s", "acceptance"]
+    head = ["budget", "mode", "context", "max γ", "planned", "peak RSS", "≤ budget", "tok/s median (min–max)",
+            "acceptance"]
     body = []
     for p in points:
         b = f"{p['budget'] / MiB:.1f} MiB"
@@ -38,7 +50,8 @@ def sweep_table(points: list[dict[str, Any]], md: bool = False) -> str:
             continue
         body.append([b, p["mode"], str(p["max_context"]), str(p["draft_length"]), f"{p['planned'] / MiB:.1f} MiB",
                      f"{p['peak_rss'] / MiB:.1f} MiB", "yes" if p["peak_rss"] <= p["budget"] else "NO",
-                     f"{p['tokens_per_second']:.1f}", f"{p['acceptance']:.0%}"])
+                     f"{p.get('tps_median', p['tokens_per_second']):.1f} ({p.get('tps_min', 0):.0f}–"
+                     f"{p.get('tps_max', 0):.0f})", f"{p['acceptance']:.0%}"])
     return _grid(head, body, md)
 
 
@@ -73,16 +86,19 @@ def plots(out: Path, rows: list[dict[str, Any]], points: list[dict[str, Any]] | 
     if ok:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         xs = [p["budget"] / MiB for p in ok]
-        axes[0].plot(xs, [p["tokens_per_second"] for p in ok], "o-")
-        for p, x in zip(ok, xs):
-            axes[0].annotate(p["mode"], (x, p["tokens_per_second"]), fontsize=8, textcoords="offset points",
+        med = [p.get("tps_median", p["tokens_per_second"]) for p in ok]
+        spread = [[m - p.get("tps_min", m) for m, p in zip(med, ok)],
+                  [p.get("tps_max", m) - m for m, p in zip(med, ok)]]
+        axes[0].errorbar(xs, med, yerr=spread, fmt="o-", capsize=3)  # median and min–max over the repeats
+        for p, x, m in zip(ok, xs, med):
+            axes[0].annotate(p["mode"], (x, m), fontsize=8, textcoords="offset points",
                              xytext=(0, 6), ha="center")
         refused = [p["budget"] / MiB for p in points or [] if not p["ok"]]
         if refused:
             axes[0].plot(refused, [0] * len(refused), "x", color="red", label="refused by the planner")
             axes[0].legend()
         axes[0].set_ylim(bottom=0)
-        axes[0].set_ylabel("tokens/s (greedy)")
+        axes[0].set_ylabel("tokens/s (greedy; median, min–max over repeats)")
         axes[1].plot(xs, [p["peak_rss"] / MiB for p in ok], "o-", label="peak RSS")
         axes[1].plot(xs, [p["planned"] / MiB for p in ok], "s--", label="planned")
         axes[1].plot(xs, xs, ":", color="gray", label="budget")

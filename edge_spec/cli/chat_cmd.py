@@ -26,7 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
   edge-spec chat bundles/qwen --memory-budget 600MB --temperature 0.7 --seed 1
   printf 'hello\\n/stats\\n' | edge-spec chat bundles/qwen > transcript.txt
   edge-spec chat bundles/qwen --max-context 1024 --system "Answer briefly."   # long chats drop old turns""")
-    p.add_argument("bundle", nargs="?", metavar="BUNDLE", help="bundle directory (default: the demo bundle)")
+    p.add_argument("bundle", nargs="?", metavar="BUNDLE", help=common.BUNDLE_HELP + " (default: demo)")
     p.add_argument("--system", metavar="PROMPT", help="system message that starts every conversation")
     p.add_argument("--max-context", type=common.positive_int, metavar="N",
                    help="most tokens the conversation may hold (default: the bundle's, or what the memory budget "
@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = common.generation_config(args)
     err = common.Console(sys.stderr)
-    bundle = args.bundle or demo.demo_bundle(progress=lambda msg: err.line(err.dim(f"edge-spec: {msg}")))
+    bundle = demo.resolve_bundle(args.bundle or demo.DEMO_NAME,
+                                 progress=lambda msg: err.line(err.dim(f"edge-spec: {msg}")))
     engine = common.load_engine(args, bundle)
     if engine.manifest.tokenizer.chat is None:
         raise EdgeSpecError(f"The bundle '{bundle}' has no chat format; use 'edge-spec generate' for plain prompts.")

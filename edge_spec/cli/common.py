@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from edge_spec.errors import EdgeSpecError
@@ -73,8 +74,23 @@ def budget(text: str) -> str:
     try:
         parse_budget(text)
     except EdgeSpecError:
+        if text.strip().replace(".", "", 1).isdigit():  # a bare number: say which unit, never guess bytes
+            n = text.strip()
+            raise argparse.ArgumentTypeError(f"'{text}' has no unit; write {n}MB or {n}MiB ({n}B for bytes)") \
+                from None
         raise argparse.ArgumentTypeError(f"'{text}' is not a size; write it like 600MB, 600MiB or 1.5GB") from None
     return text
+
+
+BUNDLE_HELP = "bundle directory, or 'demo' for the demo pair (exported once on first use)"
+
+
+def bundle_path(name: str) -> Path:
+    """The bundle directory for a BUNDLE argument; 'demo' exports the demo pair on first use, with progress."""
+    from edge_spec.demo import resolve_bundle
+
+    err = Console(sys.stderr)
+    return resolve_bundle(name, progress=lambda msg: err.line(err.dim(f"edge-spec: {msg}")))
 
 
 # ------------------------------------------------------------------------------ option groups
@@ -95,7 +111,9 @@ def add_sampling_options(p: argparse.ArgumentParser, max_new_tokens: int = 256) 
     g.add_argument("--temperature", type=temperature, default=0.0, metavar="T", help="0 = greedy (default)")
     g.add_argument("--top-p", type=top_p, default=1.0, metavar="P", help="nucleus sampling mass (default 1 = off)")
     g.add_argument("--top-k", type=nonneg_int, default=0, metavar="K", help="keep the K likeliest tokens (0 = off)")
-    g.add_argument("--seed", type=int, metavar="N", help="random seed for sampling (default: fresh)")
+    g.add_argument("--seed", type=nonneg_int, metavar="N",
+                   help="random seed for sampling, >= 0: the same seed, prompt and settings give the same text "
+                        "(default: fresh)")
     g.add_argument("--max-new-tokens", type=positive_int, default=max_new_tokens, metavar="N",
                    help=f"most tokens per reply (default {max_new_tokens})")
     g.add_argument("--no-speculation", action="store_true",

@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 from pathlib import Path
 
 from edge_spec.errors import ExportError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "export", help="export a target/drafter pair to an edge-spec bundle",
-        description="Build ONNX graphs (ORT GenAI model builder), trim the drafter vocabulary, measure memory, "
-                    "and write a bundle with its manifest.")
+    from edge_spec.cli.common import command_parser
+    from edge_spec.export.build import SUPPORTED_ARCHITECTURES  # stdlib-only module: --help stays fast
+
+    archs = ", ".join(a.removesuffix("ForCausalLM") for a in SUPPORTED_ARCHITECTURES)
+    p = command_parser(
+        subparsers, "export", help="export a target/drafter pair to an edge-spec bundle",
+        description=textwrap.fill(
+            "Build ONNX graphs (ORT GenAI model builder), trim the drafter vocabulary, measure memory, and write a "
+            "bundle with its manifest. Target and drafter must share a tokenizer.", 100) + "\n\n" + textwrap.fill(
+            f"Architectures (config.json 'architectures', each ...ForCausalLM): {archs}.", 100) + "\n\n" +
+        textwrap.fill("Time: the demo pair (8.9M + 2.4M parameters) takes 1 to 1.5 minutes on 2 CPU cores; larger "
+                      "models take longer (building, quantizing and calibrating grow with the model).", 100),
+        examples="""
+  edge-spec export --target models/demo/target --drafter models/demo/drafter --out bundles/demo
+  edge-spec export --target Qwen/Qwen2.5-1.5B-Instruct --drafter Qwen/Qwen2.5-0.5B-Instruct \\
+                   --out bundles/qwen --max-context 4096
+  edge-spec export --target T --drafter D --out B --quant int8 --trim-vocab 8192 --force
+  edge-spec export --target T --drafter D --out B --calibration prompts.txt   # your own domain""")
     p.add_argument("--target", required=True, metavar="DIR_OR_HF_ID", help="target checkpoint")
     p.add_argument("--drafter", required=True, metavar="DIR_OR_HF_ID", help="drafter checkpoint (same tokenizer)")
     p.add_argument("--out", required=True, metavar="BUNDLE_DIR", help="bundle directory to create")

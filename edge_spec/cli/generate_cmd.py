@@ -16,11 +16,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Complete one prompt and print the text as it is generated. With --json, print one JSON "
                     "object instead: text, finish reason, token ids, generation stats and the memory plan.",
         examples="""
+  edge-spec generate demo --prompt 'def fibonacci(n):'          # the demo pair, exported on first use
   edge-spec generate bundles/qwen --prompt 'def fibonacci(n):'
   edge-spec generate bundles/qwen --chat --prompt 'Write a haiku about RAM.' --temperature 0.7 --seed 3
   echo 'import numpy as np' | edge-spec generate bundles/qwen --json --max-new-tokens 32 | jq .stats
   edge-spec generate bundles/qwen --prompt 'Q: 2+2?' --stop '\\n' --memory-budget 400MB""")
-    p.add_argument("bundle", metavar="BUNDLE", help="bundle directory")
+    p.add_argument("bundle", metavar="BUNDLE", help=common.BUNDLE_HELP)
     p.add_argument("--prompt", metavar="TEXT", help="the prompt; absent or '-' reads it from stdin")
     p.add_argument("--chat", action="store_true", help="wrap the prompt as a user message in the chat format")
     p.add_argument("--system", metavar="PROMPT", help="system message (with --chat)")
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         raise EdgeSpecError("--system only applies with --chat; add --chat or drop --system.")
     cfg = common.generation_config(args, stop=tuple(common.unescape(s) for s in args.stop))
     prompt = _prompt(args.prompt)
-    engine = common.load_engine(args, args.bundle)
+    engine = common.load_engine(args, common.bundle_path(args.bundle))
     if args.chat:
         messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
             [{"role": "user", "content": prompt}]
@@ -71,9 +72,17 @@ def _prompt(value: str | None) -> str:
     if value is not None and value != "-":
         text = value
     else:
-        if sys.stdin.isatty():
+        if sys.stdin is not None and sys.stdin.isatty():
             print("edge-spec: reading the prompt from stdin (end it with Ctrl-D).", file=sys.stderr)
-        text = sys.stdin.read()
+        # bytes, decoded here: the locale's decoder may raise mid-read or (C locale) smuggle surrogates to
+        # the tokenizer, which fails with a TypeError; a stream without .buffer is text already
+        buffer = getattr(sys.stdin, "buffer", None)
+        data = buffer.read() if buffer is not None else (sys.stdin.read() if sys.stdin else "").encode("utf-8")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise EdgeSpecError(f"The prompt on stdin is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                                f"{exc.start}); convert it first, e.g. iconv -f latin1 -t utf-8.") from None
         if text.endswith("\n"):  # the newline `echo` adds is not part of the prompt
             text = text[:-1]
     if not text.strip():

@@ -15,14 +15,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = common.command_parser(
         subparsers, "inspect", help="describe a bundle and its memory plan for a budget",
         description="Describe a bundle (models, sizes, quantization, trimmed vocabulary, tokenizer, sources) and "
-                    "the memory plan for a budget, item by item. No model is loaded: the plan comes from the "
-                    "manifest plus this process's baseline (python, onnxruntime and the tokenizer), exactly as "
-                    "Engine.load plans it.",
+                    "the memory plan for a budget, item by item. The plan comes from the manifest plus this "
+                    "process's baseline (python, onnxruntime and the tokenizer), exactly as Engine.load plans it; "
+                    "then each graph is opened in ONNX Runtime and checked against the manifest (layers, KV heads, "
+                    "head size, vocabulary), so a damaged bundle exits non-zero.",
         examples="""
+  edge-spec inspect demo                                  # the demo pair, exported on first use
   edge-spec inspect bundles/qwen
   edge-spec inspect bundles/qwen --memory-budget 300MB
   edge-spec inspect bundles/qwen --memory-budget 1GiB --json | jq .plan.items""")
-    p.add_argument("bundle", metavar="BUNDLE", help="bundle directory")
+    p.add_argument("bundle", metavar="BUNDLE", help=common.BUNDLE_HELP)
     p.add_argument("--memory-budget", type=common.budget, metavar="SIZE", help="plan for this budget (default none)")
     p.add_argument("--max-context", type=common.positive_int, metavar="N", help="cap the planned context")
     p.add_argument("--json", action="store_true", help="print the manifest and the plan as JSON")
@@ -35,11 +37,12 @@ def run(args: argparse.Namespace) -> int:
     from edge_spec.bundle import read_manifest
     from edge_spec.runtime.engine import Engine
 
-    root = Path(args.bundle)
+    root = common.bundle_path(args.bundle)
     # Engine.plan runs Engine.load's own steps up to planning, so the two cannot disagree.
     plan = Engine.plan(root, args.memory_budget, max_context=args.max_context)
     m = read_manifest(root)
     tok = Tokenizer.from_file(str(root / m.tokenizer.files[0]))
+    _check_graphs(root, m)  # after planning: the sessions' memory is not part of the baseline
     stops = [(i, tok.id_to_token(i)) for i in m.tokenizer.stop_token_ids]
     if args.json:
         print(json.dumps({"bundle": str(root), "manifest": m.to_json(), "stop_tokens": dict(stops),
@@ -85,3 +88,24 @@ def run(args: argparse.Namespace) -> int:
     if plan.budget_bytes is not None:
         out.line(f"  {'budget':<{width}}  {plan.budget_bytes:>13,}")
     return 0
+
+
+def _check_graphs(root: Path, m) -> None:
+    """Open each graph in ONNX Runtime (no KV buffers) and check it against its manifest entry."""
+    import onnxruntime as ort
+
+    from edge_spec.errors import BundleError
+    from edge_spec.runtime.options import session_options
+    from edge_spec.runtime.session import check_graph
+
+    for spec in (m.target, m.drafter):
+        if spec is None:
+            continue
+        graph = root / spec.graph
+        try:
+            session = ort.InferenceSession(str(graph), session_options(1), providers=["CPUExecutionProvider"])
+        except Exception as exc:  # ORT raises several unrelated types for a bad file
+            raise BundleError(f"ONNX Runtime could not load '{graph}' ({str(exc).splitlines()[0][:160]}); the "
+                              "bundle is damaged, re-export it.") from None
+        check_graph(session, spec, graph)
+        del session

@@ -112,17 +112,51 @@ def _prepare_destination(out: Path, force: bool) -> Path:
     parent = out.parent if str(out.parent) else Path(".")
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
-        mask = os.umask(0)
-        os.umask(mask)
-        tmp.chmod(0o777 & ~mask)  # mkdtemp makes it 0700; the bundle should get normal permissions
+        _remove_stale(parent, out.name)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=parent))
+        tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it 0700; the bundle should get normal permissions
         return tmp
     except OSError as exc:
         raise ExportError(f"Cannot write to the output directory '{parent}' ({exc.strerror}); choose a writable "
                           "--out location.") from None
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _remove_stale(parent: Path, name: str) -> None:
+    """Delete ``.NAME.tmp-PID-*`` / ``.NAME.old-PID`` left by an export that was killed (SIGKILL skips cleanup).
+
+    The pid in the name tells whether its writer still runs; a live one (a concurrent export) is left alone."""
+    for p in parent.glob(f".{name}.*-*"):
+        kind, _, rest = p.name[len(name) + 2:].partition("-")
+        pid = rest.split("-")[0]
+        if kind not in ("tmp", "old") or not pid.isdigit() or not p.is_dir():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # still running
+        except ProcessLookupError:
+            shutil.rmtree(p, ignore_errors=True)
+        except OSError:  # another user's live process (EPERM): not ours to judge
+            continue
+
+
+def _open_permissions(root: Path) -> None:
+    """Files a+r and directories a+rx, minus the umask: writers such as onnx save external data with 0600,
+    which would leave a bundle other users cannot load."""
+    mask = _umask()
+    for dirpath, _dirs, filenames in os.walk(root):
+        os.chmod(dirpath, 0o777 & ~mask)
+        for f in filenames:
+            os.chmod(os.path.join(dirpath, f), 0o666 & ~mask)
+
+
 def _finish(tmp: Path, out: Path) -> None:
+    _open_permissions(tmp)
     old = None
     if out.exists():  # --force: move the old bundle aside, put the new one in, then delete the old
         old = out.with_name(f".{out.name}.old-{os.getpid()}")

@@ -45,12 +45,18 @@ def parse_budget(value: str | int | float | None) -> int | None:
     if isinstance(value, bool):
         raise EdgeSpecError(f"memory_budget={value!r} is not a size; pass bytes (600000000) or a string like '600MB'.")
     if isinstance(value, (int, float)):
-        if value <= 0:
-            raise EdgeSpecError(f"memory_budget={value!r} must be positive; pass bytes or a string like '600MB'.")
+        if not math.isfinite(value) or value <= 0:
+            raise EdgeSpecError(f"memory_budget={value!r} must be a positive, finite number of bytes; pass bytes or "
+                                "a string like '600MB'.")
         return int(value)
-    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", str(value))
+    if not isinstance(value, str):
+        raise EdgeSpecError(f"memory_budget={value!r} is not a size; pass bytes (an int) or a string like '600MB'.")
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", value)
     if not match or match.group(2).lower() not in _UNITS:
         raise EdgeSpecError(f"memory_budget={value!r} is not a size; write it like '600MB', '600MiB' or '1.5GB'.")
+    if not match.group(2):  # '600' as text is almost always meant as MB, not 600 bytes: make the unit explicit
+        raise EdgeSpecError(f"memory_budget={value!r} has no unit; write {match.group(1)}MB or {match.group(1)}MiB "
+                            f"(or {match.group(1)}B if you really mean bytes).")
     size = float(match.group(1)) * _UNITS[match.group(2).lower()]
     if size <= 0:
         raise EdgeSpecError(f"memory_budget={value!r} must be positive; write it like '600MB'.")

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import numbers
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from edge_spec.errors import EdgeSpecError
 from edge_spec.runtime.sampling import SamplingConfig
+
+
+def is_whole(x: object) -> bool:
+    """An int (numpy ints too), not a bool and not a float that happens to be whole."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
 
 DEFAULT_CONFIDENCE = 0.3  # Kangaroo: stop drafting when the drafter's top probability falls below this
 
@@ -26,22 +33,33 @@ class GenerationConfig:
     confidence_threshold: float | None = None  # None = 0.3 when adaptive, off with a fixed draft_length
 
     def __post_init__(self) -> None:
-        if isinstance(self.stop, str):
-            object.__setattr__(self, "stop", (self.stop,))
-        object.__setattr__(self, "stop", tuple(self.stop))
+        stop = (self.stop,) if isinstance(self.stop, str) else self.stop
+        if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop):
+            raise EdgeSpecError(f"stop={self.stop!r} must be a string or a list of strings.")
+        object.__setattr__(self, "stop", tuple(stop))
         if self.stop_token_ids is not None:
+            ids = self.stop_token_ids
+            if not isinstance(ids, (list, tuple)) or not all(is_whole(t) for t in ids):
+                raise EdgeSpecError(f"stop_token_ids={self.stop_token_ids!r} must be whole numbers (token ids).")
             object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+        if self.seed is not None and (not is_whole(self.seed) or self.seed < 0):
+            raise EdgeSpecError(f"seed={self.seed!r} must be a whole number >= 0 (or None for a fresh one).")
+        if not is_whole(self.max_new_tokens) or self.max_new_tokens < 1:
             raise EdgeSpecError(f"max_new_tokens={self.max_new_tokens!r} must be a positive integer.")
-        if self.draft_length is not None and (not isinstance(self.draft_length, int) or self.draft_length < 0):
+        if self.draft_length is not None and (not is_whole(self.draft_length) or self.draft_length < 0):
             raise EdgeSpecError(f"draft_length={self.draft_length!r} must be None (adaptive) or an integer >= 0.")
         if any(not s for s in self.stop):
             raise EdgeSpecError("stop strings must be non-empty.")
+        if not isinstance(self.speculative, bool):
+            raise EdgeSpecError(f"speculative={self.speculative!r} must be True or False.")
+        c = self.confidence_threshold
+        if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 <= c <= 1):
+            raise EdgeSpecError(f"confidence_threshold={c!r} must be None or a number in [0, 1].")
         _ = self.sampling  # validates temperature / top_k / top_p
 
     @property
     def sampling(self) -> SamplingConfig:
-        return SamplingConfig(float(self.temperature), int(self.top_k), float(self.top_p))
+        return SamplingConfig(self.temperature, self.top_k, self.top_p)  # it checks types: no float('hot')
 
     @property
     def threshold(self) -> float:

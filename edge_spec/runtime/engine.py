@@ -14,14 +14,16 @@ import numpy.random  # noqa: F401  (numpy imports it lazily, ~7 MiB: it must be 
 from tokenizers import Tokenizer
 
 from edge_spec.bundle import ChatFormat, Manifest, read_manifest
+from edge_spec.demo import resolve_bundle
 from edge_spec.errors import BundleError, EdgeSpecError
 from edge_spec.runtime import chat as chat_mod
 from edge_spec.runtime.budget import Plan, parse_budget, plan_memory
-from edge_spec.runtime.config import GenerationConfig, LoadConfig, Result, Stats, StreamEvent
+from edge_spec.runtime.config import GenerationConfig, LoadConfig, Result, Stats, StreamEvent, is_whole
 from edge_spec.runtime.detok import StreamDetokenizer, byte_table
 from edge_spec.runtime.drafting import DraftPolicy
 from edge_spec.runtime.memory import current_rss
 from edge_spec.runtime.providers import resolve_device
+from edge_spec.runtime.sampling import Noise
 from edge_spec.runtime.session import ModelSession
 from edge_spec.runtime.speculative import Decoder, decode
 
@@ -50,10 +52,13 @@ class Engine:
     def load(cls, bundle: str | os.PathLike[str], memory_budget: str | int | None = None, device: str = "cpu",
              drafter_device: str | None = None, strict: bool = False, *, max_context: int | None = None,
              draft_length: int | None = None, drafting: str = "auto", threads: int = 0) -> Engine:
-        """Read the bundle, plan memory for ``memory_budget`` and create the sessions the plan asks for."""
+        """Read the bundle, plan memory for ``memory_budget`` and create the sessions the plan asks for.
+
+        ``bundle`` is a bundle directory, or ``"demo"`` for the demo pair (exported into the user
+        cache on first use, which needs the export extras)."""
         config = LoadConfig(parse_budget(memory_budget), device, drafter_device, strict, max_context,
                             draft_length, drafting, threads)
-        root = Path(bundle)
+        root = resolve_bundle(bundle)  # "demo": the demo bundle, exported on first use
         t_dev, t_providers = resolve_device(device, strict, "target")
         d_dev, d_providers = resolve_device(drafter_device or device, strict, "drafter")
         manifest, tokenizer, plan = _prepare(root, config)
@@ -87,7 +92,7 @@ class Engine:
         load agree."""
         config = LoadConfig(parse_budget(memory_budget), max_context=max_context, draft_length=draft_length,
                             drafting=drafting)
-        return _prepare(Path(bundle), config)[2]
+        return _prepare(resolve_bundle(bundle), config)[2]
 
     # ------------------------------------------------------------------ public calls
     def generate(self, prompt: str | Sequence[int], config: GenerationConfig | dict[str, Any] | None = None, *,
@@ -163,8 +168,12 @@ class Engine:
     def _encode(self, prompt: str | Sequence[int]) -> np.ndarray:
         if isinstance(prompt, str):
             ids = self.tokenizer.encode(prompt).ids
-        else:
+        elif isinstance(prompt, np.ndarray) and prompt.dtype.kind in "iu" and prompt.ndim == 1:
+            ids = prompt.tolist()
+        elif isinstance(prompt, (list, tuple)) and all(is_whole(t) for t in prompt):
             ids = [int(t) for t in prompt]
+        else:  # 1.5 or 'a' as a token id is a bug in the caller: say so rather than truncate or crash
+            raise EdgeSpecError(f"The prompt must be text or a list of int token ids, not {_preview(prompt)}.")
         if not ids:
             raise EdgeSpecError("The prompt is empty; pass some text.")
         if len(ids) > self._dec.capacity:
@@ -190,13 +199,14 @@ class Engine:
         if speculate:
             policy = self._policy if cfg.draft_length is None else \
                 DraftPolicy(self.plan.draft_length, fixed=cfg.draft_length, free_drafts=d is None)
-        rng = np.random.default_rng(cfg.seed)
+        seed = np.random.SeedSequence().entropy if cfg.seed is None else cfg.seed
+        noise = Noise(seed, self.manifest.target.vocab_size)  # sampled tokens: f(seed, position, p) only
         detok = StreamDetokenizer(self.tokenizer, table=self._bytes)
         hold = max((len(s) for s in cfg.stop), default=1) - 1  # chars that might start a stop string
         emitted = 0
         finish = "length"
         try:
-            for step in decode(dec, cfg.sampling, policy, rng, cfg.max_new_tokens, stop_ids, cfg.threshold):
+            for step in decode(dec, cfg.sampling, policy, noise, cfg.max_new_tokens, stop_ids, cfg.threshold):
                 if self._owner is not owner:
                     raise EdgeSpecError("This stream was superseded by a newer call on the same engine; "
                                         "finish or close a stream before starting another.")
@@ -267,6 +277,11 @@ def _prepare(root: Path, config: LoadConfig) -> tuple[Manifest, Tokenizer, Plan]
     return manifest, tokenizer, plan
 
 
+def _preview(x: object) -> str:
+    text = repr(x)
+    return f"{type(x).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
+
+
 def _find_stop(text: str, stops: Sequence[str], start: int) -> int | None:
     best = None
     for s in stops:
@@ -301,4 +316,6 @@ def _load_id_map(root: Path, m: Manifest) -> np.ndarray:
                           f"ids but is {id_map.dtype}{list(id_map.shape)}; re-export the bundle.")
     if id_map.min() < 0 or id_map.max() >= m.target.vocab_size:
         raise BundleError(f"The drafter id map '{path}' has ids outside the target vocabulary; re-export the bundle.")
+    if len(np.unique(id_map)) != len(id_map):  # a target id with two drafter rows: q over target ids is ill-defined
+        raise BundleError(f"The drafter id map '{path}' lists a target id twice; re-export the bundle.")
     return id_map.astype(np.int64)

@@ -1,12 +1,14 @@
-"""Pure sampling functions: the logits transform, sampling, and the lossless verify rule.
+"""Pure sampling functions: the logits transform, seeded sampling (:class:`Noise`), and the lossless verify rule.
 
 Notation (GUIDE §4): p = target distribution, q = drafter distribution. Both are produced by
-the *same* :func:`probs` transform (temperature, then top-k, then top-p), because the
-speculative rule only reproduces p if q is exactly the distribution the drafts were drawn from.
+the *same* :func:`probs` transform (temperature, then top-k, then top-p) and sampled with the
+same per-position noise, so a draft is accepted whenever the drafter's race picks the token the
+target's race picks. Sampled output depends on (seed, prompt, settings) only, never on γ.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,19 +16,31 @@ import numpy as np
 from edge_spec.errors import EdgeSpecError
 
 
+def _is_number(x: object) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+
+
+# 1/T beyond this is clamped: logits are shifted so the largest is 0 and then scaled, so a tiny T
+# (even 1e-45, whose inverse overflows) gives a near one-hot distribution, never inf * 0 = NaN.
+_MAX_INV_TEMPERATURE = 1e30
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
+    """How logits become a distribution. Numbers only: a string or NaN is refused with one sentence."""
+
     temperature: float = 0.0  # 0 = greedy
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1 = off
 
     def __post_init__(self) -> None:
-        if not self.temperature >= 0:
-            raise EdgeSpecError(f"temperature={self.temperature} must be >= 0 (0 means greedy).")
-        if self.top_k < 0:
-            raise EdgeSpecError(f"top_k={self.top_k} must be >= 0 (0 turns it off).")
-        if not 0.0 < self.top_p <= 1.0:
-            raise EdgeSpecError(f"top_p={self.top_p} must be in (0, 1] (1 turns it off).")
+        t, k, tp = self.temperature, self.top_k, self.top_p
+        if not _is_number(t) or not 0 <= t < math.inf:
+            raise EdgeSpecError(f"temperature={t!r} must be a finite number >= 0 (0 means greedy).")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+            raise EdgeSpecError(f"top_k={k!r} must be a whole number >= 0 (0 turns it off).")
+        if not _is_number(tp) or not 0.0 < tp <= 1.0:
+            raise EdgeSpecError(f"top_p={tp!r} must be a number in (0, 1] (1 turns it off).")
 
     @property
     def greedy(self) -> bool:
@@ -41,11 +55,11 @@ def probs(logits: np.ndarray, cfg: SamplingConfig, out: np.ndarray | None = None
     """
     if out is None:
         out = np.empty(logits.shape, dtype=np.float64)
-    np.multiply(logits, 1.0 / cfg.temperature if cfg.temperature > 0 else 1.0, out=out)
+    np.subtract(logits, logits.max(axis=-1, keepdims=True), out=out)  # <= 0, the largest exactly 0
+    out *= min(1.0 / cfg.temperature, _MAX_INV_TEMPERATURE) if cfg.temperature > 0 else 1.0
     if 0 < cfg.top_k < out.shape[-1]:
         kth = np.partition(out, -cfg.top_k, axis=-1)[:, -cfg.top_k][:, None]
         out[out < kth] = -np.inf
-    out -= out.max(axis=-1, keepdims=True)
     np.exp(out, out=out)
     out /= out.sum(axis=-1, keepdims=True)
     if cfg.top_p < 1.0:
@@ -77,29 +91,73 @@ def _nucleus_cut(row: np.ndarray, top_p: float) -> float:
     return float(desc[min(int(np.searchsorted(cum, target)), n - 1)])
 
 
-_BLOCK = 128
+_B = 128  # tokens per noise block
+_SLOTS = _B + 2  # counters per block: its minimum, where the minimum is, one per token
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
 
 
-def sample(p: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw an index from a 1-D (not necessarily normalised) non-negative weight vector.
+def _uniform(key: np.uint64, counters: np.ndarray) -> np.ndarray:
+    """SplitMix64 output number ``counters`` of the stream ``key``, as float64 uniforms in the open (0, 1).
 
-    Two-level inverse CDF: pick a block of 128 entries from the block sums, then an entry inside
-    it. Reads the vector once (a reduction, not a full cumulative sum), in float64 sums."""
-    n = len(p)
-    if n <= 4 * _BLOCK:
-        cum = np.cumsum(p, dtype=np.float64)
-        # side="right": the first index whose cumulative mass exceeds u always has p > 0
-        return min(int(np.searchsorted(cum, rng.random() * cum[-1], side="right")), n - 1)
-    blocks = np.add.reduceat(p, np.arange(0, n, _BLOCK), dtype=np.float64)
-    cum = np.cumsum(blocks)
-    u = rng.random() * cum[-1]
-    b = min(int(np.searchsorted(cum, u, side="right")), len(cum) - 1)
-    while blocks[b] <= 0.0:  # rounding put u on an empty block's edge: step back to mass
-        b -= 1
-    u -= cum[b] - blocks[b]
-    inner = np.cumsum(p[b * _BLOCK:(b + 1) * _BLOCK], dtype=np.float64)
-    return b * _BLOCK + min(int(np.searchsorted(inner, min(u, inner[-1] * (1 - 1e-12)), side="right")),
-                            len(inner) - 1)
+    Counter-based: any (position, token) draw is computed on its own, in any order, by either model."""
+    x = counters * _GOLDEN  # uint64 arithmetic wraps, as SplitMix64 wants
+    x += key
+    x ^= x >> np.uint64(30)
+    x *= _MIX1
+    x ^= x >> np.uint64(27)
+    x *= _MIX2
+    x ^= x >> np.uint64(31)
+    return ((x >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0 ** -53
+
+
+class Noise:
+    """Exponential noise E[pos, v] ~ Exp(1), one per (position, token id), fixed by a seed.
+
+    Sampling is the exponential race: the token at position ``pos`` is argmin_v E[pos, v] / w[v],
+    which is distributed as norm(w) (the Gumbel-max trick in another form). Drafter and target
+    race with the *same* noise, so a drafted token is accepted exactly when it is the token plain
+    sampling from p would have chosen: the output is a function of (seed, prompt, settings) alone,
+    whatever draft lengths the adaptive policy picks (Daliri et al. 2024, drafter-invariant
+    speculative decoding).
+
+    The noise is generated per block of 128 tokens: first the block's minimum (the minimum of n
+    iid Exp(1) is Exp(1)/n, at a uniform place), then, only if needed, the others as that minimum
+    plus Exp(1) (memorylessness) — the same joint law as n independent draws. A block whose
+    largest weight over its minimum cannot beat the best ratio so far is never expanded, so a
+    race reads w once (a block max) and draws a few hundred numbers, not one per token.
+    """
+
+    def __init__(self, seed: int, vocab_size: int) -> None:
+        self.key = np.uint64(np.random.SeedSequence(seed).generate_state(1, np.uint64)[0])
+        self.nblocks = -(-vocab_size // _B)
+        self.starts = np.arange(0, vocab_size, _B)  # [nblocks] first token of each block
+        self.sizes = np.minimum(_B, vocab_size - self.starts)  # [nblocks]
+        self._block_ctr = np.arange(self.nblocks, dtype=np.uint64) * np.uint64(_SLOTS)  # [nblocks]
+        self._token_ctr = np.arange(1, _B + 2, dtype=np.uint64)  # [B + 1] slot 1: where the minimum is; 2..: tokens
+
+    def race(self, w: np.ndarray, pos: int) -> int:
+        """The race winner at ``pos`` for non-negative weights ``w`` ``[V]`` (not all zero): a draw from norm(w).
+
+        Written as argmax w / E (E > 0 always), so zero weights need no special case and nothing warns."""
+        ctr = self._block_ctr + np.uint64(pos * self.nblocks * _SLOTS)  # [nblocks]
+        m = -np.log(_uniform(self.key, ctr)) / self.sizes  # [nblocks] each block's smallest E
+        ub = np.maximum.reduceat(w, self.starts) / m  # [nblocks] no token of the block can do better
+        best_r, best_v = -1.0, -1
+        while True:
+            b = int(ub.argmax())
+            if not ub[b] > best_r:
+                return best_v
+            ub[b] = -1.0
+            s, n = int(self.starts[b]), int(self.sizes[b])
+            u = _uniform(self.key, ctr[b] + self._token_ctr[:n + 1])  # [n + 1] where the minimum is, then tokens
+            e = m[b] - np.log(u[1:])  # [n] the block's other draws: its minimum plus Exp(1)
+            e[int(u[0] * n)] = m[b]
+            r = w[s:s + n] / e
+            j = int(r.argmax())
+            if r[j] > best_r:
+                best_r, best_v = float(r[j]), s + j
 
 
 def verify_greedy(p_logits: np.ndarray, drafted: np.ndarray | list[int]) -> tuple[int, int]:
@@ -117,41 +175,23 @@ def verify_greedy(p_logits: np.ndarray, drafted: np.ndarray | list[int]) -> tupl
     return n, int(best[n])
 
 
-def verify(p: np.ndarray, q: np.ndarray | None, drafted: np.ndarray | list[int], rng: np.random.Generator,
-           id_map: np.ndarray | None = None, draft_ids: np.ndarray | list[int] | None = None) -> tuple[int, int]:
-    """The lossless speculative-sampling rule (Leviathan et al. / Chen et al.).
+def verify(p: np.ndarray, drafted: np.ndarray | list[int], noise: Noise, pos: int) -> tuple[int, int]:
+    """Lossless verification by coupling: every committed token is the one plain sampling would give.
 
-    * ``p`` ``[g + 1, V]``: target probabilities at each draft position and the bonus position.
-    * ``q`` ``[g, K]``: drafter probabilities the drafts were sampled from, over the drafter's
-      vocabulary (K = V unless trimmed); ``None`` for deterministic drafts (prompt lookup), i.e. q
-      is one-hot on the drafted token.
-    * ``drafted``: the g drafted tokens as target ids; ``draft_ids``: the same tokens as drafter
-      ids (row indices into q) when ``id_map`` (drafter id -> target id) is given.
+    * ``p`` ``[g + 1, V]``: target probabilities at the g draft positions and the bonus position.
+    * ``drafted``: the g drafted tokens (target ids), drawn by racing q with the same ``noise``
+      (or deterministic, from prompt lookup).
+    * ``pos``: absolute position of the first draft in the context (its index in the token list).
 
-    Accept x with probability min(1, p(x)/q(x)); on the first rejection draw from
-    norm(max(0, p - q)); after g accepts draw the bonus from p. A trimmed q is 0 outside the kept
-    set, so the residual keeps all of p's mass there and the output is still distributed as p.
-    Returns ``(accepted, next_token)``.
+    The token at position pos + i is ``noise.race(p[i], pos + i)``: distributed as p, and the same
+    whether or not a draft was made there. A draft is accepted iff it equals that token; the first
+    mismatch is replaced by it, and after g accepts it is the bonus. With the same noise the drafter
+    proposes x = race(q) and P(accept) >= (1 - TV(p, q)) / (1 + TV(p, q)); for a deterministic
+    draft x it is p(x), as with the rejection rule. Returns ``(accepted, next_token)``.
     """
     g = len(drafted)
     for i in range(g):
-        x = int(drafted[i])
-        px = float(p[i, x])
-        if q is None:
-            qx = 1.0
-        else:
-            qx = float(q[i, draft_ids[i] if id_map is not None else x])
-        if rng.random() * qx < px:  # u < p/q, written without dividing
-            continue
-        residual = p[i].copy()
-        if q is None:
-            residual[x] = 0.0
-        elif id_map is not None:
-            residual[id_map] -= q[i]
-        else:
-            residual -= q[i]
-        np.maximum(residual, 0.0, out=residual)
-        if not residual.sum() > 0.0:  # p == q up to rounding: any draw from p is exact
-            residual = p[i]
-        return i, sample(residual, rng)
-    return g, sample(p[g], rng)
+        y = noise.race(p[i], pos + i)
+        if y != int(drafted[i]):
+            return i, y
+    return g, noise.race(p[g], pos + g)

@@ -63,6 +63,7 @@ class ModelSession:
         for name in (self._ids_name, self._mask_name):
             if name not in graph_inputs:
                 raise BundleError(f"The graph '{graph}' has no input '{name}' named in the manifest; re-export it.")
+        check_graph(self.session, spec, graph)
 
         self.kv = KVCache(spec.num_layers, spec.num_kv_heads, spec.head_size, capacity, dtype, scratch=pad)
         rows = max(max_rows, self.min_rows)
@@ -107,6 +108,21 @@ class ModelSession:
             self._fast = (c_io, c_sess, cpu)
         except AttributeError:
             self._fast = None
+        self._probe(graph)
+
+    def _probe(self, graph: str | Path) -> None:
+        """One 1-token pass at load: sizes the graph leaves symbolic (head size) must match the KV buffers
+        the manifest sized, and a mismatch is one sentence now rather than an ORT error mid-generation."""
+        self.run_seconds, self.calls = 0.0, 0
+        try:
+            self.forward(np.zeros(1, dtype=np.int64))
+        except Exception as exc:  # ORT raises its own exception types
+            why = str(exc).split("Status Message:", 1)[-1].strip().splitlines()[0][:160]
+            raise BundleError(f"The graph '{graph}' does not match its manifest entry (layers {self.spec.num_layers}, "
+                              f"KV heads {self.spec.num_kv_heads}, head size {self.spec.head_size}): ONNX Runtime "
+                              f"says {why}; re-export the bundle.") from None
+        finally:
+            self.kv.rewind_to(0)
 
     @property
     def length(self) -> int:
@@ -152,3 +168,31 @@ class ModelSession:
 
     def rewind_to(self, n: int) -> None:
         self.kv.rewind_to(n)
+
+
+def check_graph(session: ort.InferenceSession, spec: ModelSpec, graph: str | Path) -> None:
+    """The manifest must describe this graph: layer count, KV heads and head size of the past_key_values
+    inputs ``[batch, kv_heads, past, head_size]`` and the logits width, read from the session (no onnx import).
+
+    Checked once at load, so a wrong manifest is one sentence here instead of an ORT error at the first pass."""
+    inputs = {i.name: i.shape for i in session.get_inputs()}
+    outputs = {o.name: o.shape for o in session.get_outputs()}
+    pk = spec.input_names.get("past_key", "past_key_values.%d.key")
+    layers = 0
+    while pk % layers in inputs:
+        layers += 1
+
+    def wrong(what: str, manifest: object, actual: object) -> BundleError:
+        return BundleError(f"The manifest says {what} is {manifest} but the graph '{graph}' has {actual}; the "
+                           "manifest does not belong to this graph, re-export the bundle.")
+
+    if layers != spec.num_layers:
+        raise wrong("num_layers", spec.num_layers, f"{layers} layers of {pk % 0}-style KV inputs")
+    shape = inputs[pk % 0]
+    if len(shape) == 4:
+        for axis, name, want in ((1, "num_kv_heads", spec.num_kv_heads), (3, "head_size", spec.head_size)):
+            if isinstance(shape[axis], int) and shape[axis] != want:
+                raise wrong(name, want, f"{shape[axis]} in its KV input shape {shape}")
+    logits = outputs.get(spec.output_names.get("logits", "logits"))
+    if logits is not None and logits and isinstance(logits[-1], int) and logits[-1] != spec.vocab_size:
+        raise wrong("vocab_size", spec.vocab_size, f"logits of width {logits[-1]}")

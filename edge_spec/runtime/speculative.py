@@ -18,7 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from edge_spec.runtime.drafting import DraftPolicy, lookup_draft
-from edge_spec.runtime.sampling import SamplingConfig, probs, sample, verify, verify_greedy
+from edge_spec.runtime.sampling import Noise, SamplingConfig, probs, verify, verify_greedy
 
 
 class Model(Protocol):
@@ -53,9 +53,10 @@ class Decoder:
         self.max_gamma = max_gamma
         dv = 1 if drafter is None else drafter.vocab_size
         # float32 like the logits: half the memory traffic of float64 in the per-token transform
-        self.q = np.zeros((max(max_gamma, 1), dv), dtype=np.float32)  # [max_gamma, drafter vocab] q rows
+        self.q = np.zeros((1, dv), dtype=np.float32)  # [1, drafter vocab] q of the current draft
+        # q over target ids (0 outside a trimmed drafter's kept set): the race's noise is per target id
+        self.q_full = np.zeros(target.vocab_size if id_map is not None else 1, dtype=np.float32)  # [target vocab]
         self.p = np.zeros((max_gamma + 1, target.vocab_size), dtype=np.float32)  # [max_gamma + 1, target vocab]
-        self.draft_ids = np.zeros(max(max_gamma, 1), dtype=np.int64)  # [max_gamma] drafter-space ids
         self.drafts = np.zeros(max(max_gamma, 1), dtype=np.int64)  # [max_gamma] target-space ids
         self.t_draft = self.t_verify = 0.0
         self.drafter_passes = 0  # passes of the last draft() (counts a pass that produced no confident draft)
@@ -100,8 +101,9 @@ class Decoder:
         return max(self.n - m.length for m in models)
 
     # -- one step ------------------------------------------------------------------------
-    def draft(self, gamma: int, cfg: SamplingConfig, rng: np.random.Generator, threshold: float) -> int:
-        """Fill ``self.drafts[:g]`` (and q rows); returns g <= gamma."""
+    def draft(self, gamma: int, cfg: SamplingConfig, noise: Noise, threshold: float) -> int:
+        """Fill ``self.drafts[:g]`` (target ids); returns g <= gamma. Sampled drafts race q against the
+        noise the target will race p against at the same positions (see :func:`verify`)."""
         self.t_draft = 0.0
         self.drafter_passes = 0
         if gamma == 0:
@@ -125,13 +127,16 @@ class Decoder:
                     top = 1.0 / float(np.exp(logits - logits[j]).sum())
                     if top < threshold:
                         break
+                x = int(self.id_map[j]) if self.id_map is not None else j
             else:
-                q = probs(logits[None], cfg, out=self.q[g:g + 1])[0]
+                q = probs(logits[None], cfg, out=self.q)[0]
                 if threshold > 0 and q.max() < threshold:
                     break
-                j = sample(q, rng)
-            self.draft_ids[g] = j
-            self.drafts[g] = self.id_map[j] if self.id_map is not None else j
+                if self.id_map is not None:
+                    self.q_full[self.id_map] = q  # the rest stays 0: the kept ids never change
+                    q = self.q_full
+                x = noise.race(q, self.n + g)  # a target id, raced with the noise the target will use here
+            self.drafts[g] = x
             g += 1
             if g == gamma:
                 break  # the last draft is not fed: the drafter stays one behind if all are accepted
@@ -140,18 +145,14 @@ class Decoder:
         self.t_draft = time.perf_counter() - t0
         return g
 
-    def verify(self, g: int, cfg: SamplingConfig, rng: np.random.Generator) -> tuple[int, int]:
+    def verify(self, g: int, cfg: SamplingConfig, noise: Noise) -> tuple[int, int]:
         """One target pass over pending + drafts; returns (accepted, next token)."""
         t0 = time.perf_counter()
         logits = self._feed(self.target, self.drafts[:g])  # [g + 1, V]
         if cfg.greedy:
             out = verify_greedy(logits, self.drafts[:g])
         else:
-            p = probs(logits, cfg, out=self.p[:g + 1])
-            if self.drafter is None:
-                out = verify(p, None, self.drafts[:g], rng)
-            else:
-                out = verify(p, self.q[:g], self.drafts[:g], rng, self.id_map, self.draft_ids[:g])
+            out = verify(probs(logits, cfg, out=self.p[:g + 1]), self.drafts[:g], noise, self.n)
         self.t_verify = time.perf_counter() - t0
         return out
 
@@ -173,9 +174,12 @@ class Decoder:
         return Step(new, flags, g, min(accepted, len(new)), finish)
 
 
-def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, rng: np.random.Generator,
+def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise: Noise,
            max_new_tokens: int, stop_ids: frozenset[int], threshold: float = 0.0) -> Iterator[Step]:
-    """Generate up to ``max_new_tokens`` after the committed context, one step per yield."""
+    """Generate up to ``max_new_tokens`` after the committed context, one step per yield.
+
+    Sampled tokens are races against ``noise`` at their absolute positions, so the output is the
+    same for any sequence of draft lengths (and with speculation off)."""
     made = 0
     try:
         while made < max_new_tokens:
@@ -185,8 +189,8 @@ def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, rng: n
                 return
             gamma = 0 if policy is None else min(policy.next_gamma(), room, max_new_tokens - made - 1)
             timed = dec.backlog(gamma) <= 2  # a step that also prefills says nothing about step costs
-            g = dec.draft(gamma, cfg, rng, threshold)
-            accepted, nxt = dec.verify(g, cfg, rng)
+            g = dec.draft(gamma, cfg, noise, threshold)
+            accepted, nxt = dec.verify(g, cfg, noise)
             step = dec.accept(g, accepted, nxt, stop_ids, max_new_tokens - made)
             if policy is not None:  # every step, timed or not: the re-probe countdown must advance
                 policy.update(g, accepted, dec.t_draft, dec.t_verify, dec.drafter_passes, timed=timed)
