@@ -20,8 +20,8 @@ START = "^"  # the "previous role" of the first message
 
 def _message(m: Any, i: int) -> tuple[str, str]:
     if not isinstance(m, dict):
-        raise EdgeSpecError(f"Chat message {i} is a {type(m).__name__}; pass dicts like "
-                            "{'role': 'user', 'content': 'Hello'}.")
+        raise EdgeSpecError(f"Chat message {i} is a {type(m).__name__}; chat() takes a list of messages like "
+                            "[{'role': 'user', 'content': 'Hello'}].")
     role, content = m.get("role"), m.get("content", "")
     if not isinstance(role, str):
         raise EdgeSpecError(f"Chat message {i} has no string 'role'; pass dicts like "
