@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from edge_spec.runtime.drafting import DraftPolicy, lookup_draft
-from edge_spec.runtime.sampling import Noise, SamplingConfig
+from edge_spec.runtime.sampling import Noise, Rejection, SamplingConfig
 from edge_spec.runtime.speculative import Decoder, decode
 
 V = 12
@@ -52,10 +52,11 @@ class FakeModel:
 GREEDY = SamplingConfig()
 
 
-def run(dec, ids, cfg=GREEDY, gamma=None, max_new=30, stop=frozenset(), seed=0, threshold=0.0):
+def run(dec, ids, cfg=GREEDY, gamma=None, max_new=30, stop=frozenset(), seed=0, threshold=0.0, rule="coupled"):
     dec.set_context(np.asarray(ids, dtype=np.int64))
     policy = None if gamma is None else DraftPolicy(dec.max_gamma, fixed=gamma)
-    steps = list(decode(dec, cfg, policy, Noise(seed, V), max_new, stop, threshold))
+    sampler = Noise(seed, V) if rule == "coupled" else Rejection(np.random.default_rng(seed))
+    steps = list(decode(dec, cfg, policy, sampler, max_new, stop, threshold))
     return [t for s in steps for t in s.tokens], steps
 
 
@@ -301,3 +302,47 @@ def test_sampled_output_is_the_same_for_any_draft_lengths(trimmed):
     assert accepted > 40  # drafts really were accepted along the way
     other, _ = run(Decoder(FakeModel(table_logits(0)), None), [2, 3], cfg, max_new=40, seed=10)
     assert other != ar  # the seed matters
+
+
+@pytest.mark.parametrize("lookup", [False, True])
+def test_unseeded_rejection_rule_is_distributed_as_p_over_two_tokens(lookup):
+    """The rejection rule (unseeded calls): the first two generated tokens jointly follow p, through
+    accepted drafts, rejections with residual sampling, and bonus tokens (model or lookup drafts)."""
+    from scipy.stats import chisquare
+
+    from edge_spec.runtime.sampling import probs
+
+    cfg = SamplingConfig(1.0)
+    table_t, table_d = table_logits(0), table_logits(5, 1.5)
+    prompt = [2, 3, 2]  # lookup drafts "3 ..." after the repeated 2
+    p1 = probs(table_t[3, 2][None], cfg)[0]
+    joint = np.zeros((V, V))
+    for a in range(V):
+        joint[a] = p1[a] * probs(table_t[2, a][None], cfg)[0]
+    n = 4000
+    counts = np.zeros((V, V))
+    for seed in range(n):
+        drafter = None if lookup else FakeModel(table_d)
+        dec = Decoder(FakeModel(table_t), drafter, lookup=lookup, max_gamma=3)
+        out, _ = run(dec, prompt, cfg, gamma=3, max_new=2, seed=seed, rule="rejection")
+        counts[out[0], out[1]] += 1
+    exp, obs = joint.ravel() * n, counts.ravel()
+    keep = exp >= 5
+    assert obs[~keep].sum() <= max(10, 3 * exp[~keep].sum())
+    e = np.append(exp[keep], exp[~keep].sum())
+    o = np.append(obs[keep], obs[~keep].sum())
+    assert chisquare(o, e * o.sum() / e.sum()).pvalue > 1e-3
+
+
+def test_rejection_rule_accepts_at_least_as_many_drafts_as_the_coupling():
+    cfg = SamplingConfig(1.0)
+    acc = {}
+    for rule in ("coupled", "rejection"):
+        drafted = accepted = 0
+        for seed in range(300):
+            dec = Decoder(FakeModel(table_logits(0)), FakeModel(table_logits(5, 1.5)), max_gamma=3)
+            _, steps = run(dec, [2, 3], cfg, gamma=3, max_new=12, seed=seed, rule=rule)
+            drafted += sum(s.gamma for s in steps)
+            accepted += sum(s.accepted for s in steps)
+        acc[rule] = accepted / drafted
+    assert acc["rejection"] > acc["coupled"], acc

@@ -23,7 +23,7 @@ from edge_spec.runtime.detok import StreamDetokenizer, byte_table
 from edge_spec.runtime.drafting import DraftPolicy
 from edge_spec.runtime.memory import current_rss
 from edge_spec.runtime.providers import resolve_device
-from edge_spec.runtime.sampling import Noise
+from edge_spec.runtime.sampling import Noise, Rejection
 from edge_spec.runtime.session import ModelSession
 from edge_spec.runtime.speculative import Decoder, decode
 
@@ -199,8 +199,10 @@ class Engine:
         if speculate:
             policy = self._policy if cfg.draft_length is None else \
                 DraftPolicy(self.plan.draft_length, fixed=cfg.draft_length, free_drafts=d is None)
-        seed = np.random.SeedSequence().entropy if cfg.seed is None else cfg.seed
-        noise = Noise(seed, self.manifest.target.vocab_size)  # sampled tokens: f(seed, position, p) only
+        # A seed asks for reproducible text: the coupling makes it f(seed, prompt, settings) whatever the
+        # draft lengths. Without one, the rejection rule accepts more drafts (1 - TV vs (1 - TV)/(1 + TV)).
+        noise: Noise | Rejection = Rejection(np.random.default_rng()) if cfg.seed is None else \
+            Noise(cfg.seed, self.manifest.target.vocab_size)
         detok = StreamDetokenizer(self.tokenizer, table=self._bytes)
         hold = max((len(s) for s in cfg.stop), default=1) - 1  # chars that might start a stop string
         emitted = 0

@@ -195,3 +195,54 @@ def verify(p: np.ndarray, drafted: np.ndarray | list[int], noise: Noise, pos: in
         if y != int(drafted[i]):
             return i, y
     return g, noise.race(p[g], pos + g)
+
+
+class Rejection:
+    """Speculative sampling with the rejection rule (Leviathan et al. / Chen et al.), for unseeded calls.
+
+    Accept drafted x with probability min(1, p(x) / q(x)); on rejection sample from
+    norm(max(0, p - q)); after g accepts sample the bonus from p. Exactly p-distributed, with the
+    highest acceptance any lossless rule has: 1 - TV(p, q), against >= (1 - TV) / (1 + TV) for the
+    seeded coupling (:class:`Noise`). Its draws are consumed in order, so the output depends on the
+    draft lengths — which is why a call with a seed uses :class:`Noise` instead.
+    """
+
+    keeps_q = True  # verify needs q at each draft position
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+
+    def race(self, w: np.ndarray, pos: int) -> int:
+        """A draw from norm(w) ``[V]`` (``pos`` unused: draws are consumed in order)."""
+        c = np.cumsum(w, dtype=np.float64)  # [V]
+        return int(min(np.searchsorted(c, self.rng.random() * c[-1], side="right"), len(w) - 1))
+
+
+Noise.keeps_q = False  # the coupling never needs q after the draft is drawn
+
+
+def verify_rejection(p: np.ndarray, q: np.ndarray | None, drafted: np.ndarray | list[int],
+                     sampler: Rejection) -> tuple[int, int]:
+    """The rejection rule over g drafts.
+
+    * ``p`` ``[g + 1, V]``: target probabilities at the draft positions and the bonus position.
+    * ``q`` ``[g, V]``: drafter probabilities over target ids (0 outside a trimmed set) at the draft
+      positions, or None for deterministic drafts (prompt lookup: q is one-hot at the draft).
+    Returns ``(accepted, next_token)``.
+    """
+    g = len(drafted)
+    for i in range(g):
+        x = int(drafted[i])
+        qx = 1.0 if q is None else float(q[i, x])
+        px = float(p[i, x])
+        if qx > 0 and sampler.rng.random() * qx < px:  # u < p/q, division-free
+            continue
+        if q is None:
+            resid = p[i].astype(np.float64)  # [V] max(0, p - onehot(x)) = p without x
+            resid[x] = 0.0
+        else:
+            resid = np.maximum(p[i].astype(np.float64) - q[i], 0.0)  # [V]
+        if not resid.sum() > 0:  # p == q up to rounding: any draw from p is exact
+            resid = p[i].astype(np.float64)
+        return i, sampler.race(resid, 0)
+    return g, sampler.race(p[g], 0)

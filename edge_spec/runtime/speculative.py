@@ -18,7 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from edge_spec.runtime.drafting import DraftPolicy, lookup_draft
-from edge_spec.runtime.sampling import Noise, SamplingConfig, probs, verify, verify_greedy
+from edge_spec.runtime.sampling import Noise, Rejection, SamplingConfig, probs, verify, verify_greedy, verify_rejection
 
 
 class Model(Protocol):
@@ -58,6 +58,9 @@ class Decoder:
         self.q_full = np.zeros(target.vocab_size if id_map is not None else 1, dtype=np.float32)  # [target vocab]
         self.p = np.zeros((max_gamma + 1, target.vocab_size), dtype=np.float32)  # [max_gamma + 1, target vocab]
         self.drafts = np.zeros(max(max_gamma, 1), dtype=np.int64)  # [max_gamma] target-space ids
+        # q of each draft over target ids, kept for the rejection rule (unseeded sampling only)
+        self.qd = np.zeros((max(max_gamma, 1), target.vocab_size if drafter is not None else 1),
+                           dtype=np.float32)  # [max_gamma, target vocab]
         self.t_draft = self.t_verify = 0.0
         self.drafter_passes = 0  # passes of the last draft() (counts a pass that produced no confident draft)
 
@@ -101,9 +104,10 @@ class Decoder:
         return max(self.n - m.length for m in models)
 
     # -- one step ------------------------------------------------------------------------
-    def draft(self, gamma: int, cfg: SamplingConfig, noise: Noise, threshold: float) -> int:
+    def draft(self, gamma: int, cfg: SamplingConfig, noise: Noise | Rejection, threshold: float) -> int:
         """Fill ``self.drafts[:g]`` (target ids); returns g <= gamma. Sampled drafts race q against the
-        noise the target will race p against at the same positions (see :func:`verify`)."""
+        noise the target will race p against at the same positions (see :func:`verify`), or, unseeded,
+        are drawn from q, which is kept for the rejection rule."""
         self.t_draft = 0.0
         self.drafter_passes = 0
         if gamma == 0:
@@ -136,6 +140,8 @@ class Decoder:
                     self.q_full[self.id_map] = q  # the rest stays 0: the kept ids never change
                     q = self.q_full
                 x = noise.race(q, self.n + g)  # a target id, raced with the noise the target will use here
+                if noise.keeps_q:
+                    self.qd[g] = q
             self.drafts[g] = x
             g += 1
             if g == gamma:
@@ -145,12 +151,15 @@ class Decoder:
         self.t_draft = time.perf_counter() - t0
         return g
 
-    def verify(self, g: int, cfg: SamplingConfig, noise: Noise) -> tuple[int, int]:
+    def verify(self, g: int, cfg: SamplingConfig, noise: Noise | Rejection) -> tuple[int, int]:
         """One target pass over pending + drafts; returns (accepted, next token)."""
         t0 = time.perf_counter()
         logits = self._feed(self.target, self.drafts[:g])  # [g + 1, V]
         if cfg.greedy:
             out = verify_greedy(logits, self.drafts[:g])
+        elif noise.keeps_q:
+            q = self.qd[:g] if self.drafter is not None else None  # None: deterministic (lookup) drafts
+            out = verify_rejection(probs(logits, cfg, out=self.p[:g + 1]), q, self.drafts[:g], noise)
         else:
             out = verify(probs(logits, cfg, out=self.p[:g + 1]), self.drafts[:g], noise, self.n)
         self.t_verify = time.perf_counter() - t0
@@ -174,12 +183,13 @@ class Decoder:
         return Step(new, flags, g, min(accepted, len(new)), finish)
 
 
-def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise: Noise,
+def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise: Noise | Rejection,
            max_new_tokens: int, stop_ids: frozenset[int], threshold: float = 0.0) -> Iterator[Step]:
     """Generate up to ``max_new_tokens`` after the committed context, one step per yield.
 
-    Sampled tokens are races against ``noise`` at their absolute positions, so the output is the
-    same for any sequence of draft lengths (and with speculation off)."""
+    Seeded (``Noise``): sampled tokens are races against the noise at their absolute positions, so
+    the output is the same for any sequence of draft lengths (and with speculation off).
+    Unseeded (``Rejection``): the rejection rule, which accepts more drafts."""
     made = 0
     try:
         while made < max_new_tokens:
