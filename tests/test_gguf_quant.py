@@ -105,6 +105,36 @@ def test_matmulnbits_matches_gguf(tensors: dict, name: str) -> None:
         assert err <= (scale / 31 / 15 if name in ("Q5_1", "Q5_K") else scale * 2.0**-22)
 
 
+def test_float_zero_points_are_searched_per_block(tensors: dict) -> None:
+    """4-bit float zero points: most blocks must be bitwise exact (fp32(z*s) hits the offset, or a re-encoding does)."""
+    for name in ("Q4_1", "Q4_K", "Q2_K"):
+        t = tensors[name]
+        q = gq.from_gguf(t)
+        bs = q.block_size
+        ref = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).reshape(q.n, -1, bs)
+        same = ((gq.dequantize(q).reshape(ref.shape) + np.float32(0)) == (ref + np.float32(0))).all(axis=-1)
+        # measured: 0.999 / 0.993 / 1.0; fp32(z*s) == t alone reaches only 0.93 / 0.91 / 0.91
+        assert same.mean() >= (0.999 if name == "Q2_K" else 0.98), (name, same.mean())
+
+
+@pytest.mark.parametrize("name", ["Q4_1", "Q4_K", "Q2_K"])
+def test_integer_zero_point_option(tensors: dict, name: str) -> None:
+    """float_zero_points=False (fast kernels): 8-bit, uint8 zero points, offset rounded to s/32 (s/128 for Q2_K)."""
+    t = tensors[name]
+    ref = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
+    q = gq.from_gguf(t, float_zero_points=False)
+    assert q.bits == 8 and q.zero_points is not None and q.zero_points.dtype == np.uint8
+    got = ort_weight(q)
+    assert bits_equal(got, gq.dequantize(q)) and q.max_abs_err == float(np.abs(got - ref).max())
+    codes = gq._codes(t)  # the block's step s and offset t: w = q*s - t
+    levels = 4 if name == "Q2_K" else 16
+    natural = (codes.t >= 0) & (codes.t <= (levels - 1) * codes.scales)  # blocks whose range holds 0, as in real files
+    bound = np.abs(codes.scales) / (128 if name == "Q2_K" else 32) * (1 + 1e-6)
+    err = np.abs(got - ref).reshape(q.n, -1, q.block_size).max(axis=-1)
+    assert natural.sum() > 20 and (err <= bound)[natural].all()
+    assert q.max_abs_err <= float(np.abs(ref).max()) / 100  # the other blocks: at worst re-quantized on 8 bits
+
+
 @pytest.mark.parametrize("name", list(F16_FIELDS))
 def test_gather_matches_gguf(tensors: dict, name: str) -> None:
     t = tensors[name]
@@ -182,7 +212,7 @@ def test_smollm2_every_tensor_maps() -> None:
     elapsed = time.perf_counter() - start
     assert set(seen) == {"Q4_1", "Q8_0"}
     assert all(q.exact and q.bits == 8 for q in seen["Q8_0"])
-    assert all(q.bits == 4 and q.max_abs_err <= 2.4e-7 for q in seen["Q4_1"])
+    assert all(q.bits == 4 and q.max_abs_err <= 6e-8 for q in seen["Q4_1"])
     emb = gq.gather_from_gguf(next(t for t in reader.tensors if t.name == "token_embd.weight"))
     assert emb.op == "GatherBlockQuantized" and emb.exact
     print(f"SmolLM2: {len(reader.tensors)} tensors in {elapsed:.1f} s; Q4_1 exact "

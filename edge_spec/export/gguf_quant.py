@@ -4,41 +4,45 @@ A GGUF tensor is never dequantized and re-quantized: its own codes, scales and o
 layout of ``com.microsoft.MatMulNBits`` (linear layers, tied LM head) or ``GatherBlockQuantized`` (embedding),
 so that the weight the graph sees equals ``gguf.quants.dequantize`` of the file (what transformers loads).
 
-What the onnxruntime 1.31.1 CPU kernels accept, probed with one-node graphs (A = identity, accuracy_level 1):
+onnxruntime 1.31.1 CPU kernels, probed with one-node graphs (A = identity, or one row; 576 x 1536 for timing,
+one thread, median of 100 calls):
 
-=============================  ==========  ===========  ===========  ======================================
-operator                       bits        block 16/32  uint8 zp     float zp
-=============================  ==========  ===========  ===========  ======================================
-MatMulNBits                    2, 4        both (64 ok) yes          yes: w = fp32(q*s) - fp32(z*s)
-MatMulNBits                    8           both (64 ok) yes          no ("Only 2b and 4b ... unpacked")
-GatherBlockQuantized (uint8)   4, 8        both         yes          no (type error at load)
-=============================  ==========  ===========  ===========  ======================================
+===========================  =====  =========  ========  ==========================  ===========================
+operator                     bits   block      uint8 zp  float zp                    time, accuracy_level 1 / 4
+===========================  =====  =========  ========  ==========================  ===========================
+MatMulNBits                  4      16,32,64   yes       yes                         129 / 54 us; float zp 7.7 ms
+MatMulNBits                  2      16,32,64   yes       yes                         (not timed)
+MatMulNBits                  8      16,32,64   yes       no: "Only 2b and 4b ..."    6.7 ms (all levels 0-3) / 62 us
+GatherBlockQuantized uint8   4, 8   16, 32     yes       no: type error at load      -
+===========================  =====  =========  ========  ==========================  ===========================
 
 Integer zero points dequantize as ``(q - zp) * s`` (default zp 2^(bits-1)); float zero points as
-``fp32(q*s) - fp32(z*s)`` — two roundings, no fused multiply-add (measured on 16k random values; M = 1 and
-M = K passes agree). From that, per GGUF type (``exact`` = equal to gguf's float32 dequantization, with -0
-and +0 equal: a MatMul cannot tell them apart):
+``fp32(q*s) - fp32(z*s)``: two roundings, no fused multiply-add (16k random values; M = 1 and M = K agree).
+Float zero points and 8 bits below accuracy_level 4 take ORT's unpacked path (the whole weight dequantized on
+every call, ~60x slower): exact, but for a fast graph use accuracy_level 4 and ``float_zero_points=False``.
 
-======  =========================================  ====================================================
-type    MatMulNBits                                exact?
-======  =========================================  ====================================================
-Q4_0    4-bit, block 32, default zp 8              always
-Q8_0    8-bit, block 32, int8 + 128, default zp    always
-Q5_0    8-bit, block 32, q + 112, default zp       always
-Q3_K    4-bit, block 16, q + 8, s = d*sc           always
-Q6_K    8-bit, block 16, q + 96, s = d*sc          always
-Q4_1    4-bit, block 32, float zp z: z*d == -m     where such a float32 z exists (searched; else 1 ulp)
-Q4_K    4-bit, block 32, float zp, s = d*sc        same (z*s == dmin*m)
-Q2_K    4-bit, block 16, float zp, s = d*sc        same (z*s == dmin*m)
-Q5_1    8-bit, block 32, s/k with uint8 zp         no: offset rounded to s/(2k), k <= 8 (err <= ~s/16)
-Q5_K    8-bit, block 32, s/k with uint8 zp         no: same
-F32/F16/BF16  returned as float32 arrays           exact
-IQ*, TQ*, MXFP4, ...  refused with ExportError
-======  =========================================  ====================================================
+Per GGUF type (``exact``: equal to gguf's float32 dequantization, -0 and +0 counted equal — a MatMul cannot
+tell them apart):
 
-For the embedding, integer-offset types map onto GatherBlockQuantized directly; float-offset types (Q4_1, Q4_K,
-Q2_K, Q5_1, Q5_K) use a small decode subgraph of standard operators (Gather, BitShift, Cast, Mul, Sub) that
-computes ``fp32(q*s) - t`` with the file's own offset ``t`` — exact for all five.
+======  ==========================================  =============================================================
+type    MatMulNBits                                 exact?
+======  ==========================================  =============================================================
+Q4_0    4-bit, block 32, default zp 8               always
+Q8_0    8-bit, block 32, int8 + 128, default zp     always
+Q5_0    8-bit, block 32, q + 112, default zp        always
+Q3_K    4-bit, block 16, q + 8, s = d*sc            always
+Q6_K    8-bit, block 16, q + 96, s = d*sc           always
+Q4_1    4-bit, block 32, float zp (z*d == -m)       per block where a float32 z hits the offset (99.97 % of
+Q4_K    4-bit, block 32, float zp, s = d*sc         SmolLM2's Q4_1 blocks), else off by 1 ulp of the offset;
+Q2_K    4-bit, block 16, float zp, s = d*sc         with float_zero_points=False: 8-bit, error <= s/32 (s/128)
+Q5_1    8-bit, block 32, s/8 with uint8 zp          no: offset rounded to a multiple of s/8 (error <= s/16)
+Q5_K    8-bit, block 32, s/8 with uint8 zp          no: same
+F32/F16/BF16: float32 arrays (exact); IQ*, TQ*, MXFP4, ...: refused with ExportError
+======  ==========================================  =============================================================
+
+For the embedding, integer-offset types map onto GatherBlockQuantized; float-offset types (Q4_1, Q4_K, Q2_K,
+Q5_1, Q5_K) use a small subgraph of standard operators (Gather, BitShift, Cast, Mul, Sub) computing
+``fp32(q*s) - t`` with the file's own offset t: exact for every supported type.
 """
 
 from __future__ import annotations
@@ -217,35 +221,61 @@ def _unpack_rows(p: np.ndarray, bits: int, m: int) -> np.ndarray:
     return np.stack([p & 0x0F, p >> 4], axis=-1).reshape(p.shape[0], -1)[:, :m]
 
 
-def _solve_zero_points(s: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """float32 z with fp32(z * s) == t where one exists near t / s, else the closest found; s != 0."""
+def _solve_zero_points(s: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(float32 z with fp32(z * s) closest to t, whether it hits t exactly); s != 0. t is not always reachable."""
     z0 = (t.astype(np.float64) / s.astype(np.float64)).astype(np.float32)
     best, best_err = z0, np.abs(z0 * s - t)
     up = down = z0
-    for _ in range(4):  # the product moves by ~1 ulp per step of z; 4 steps each way covers every reachable t
+    for _ in range(4):  # the product moves by <= ~2 ulps per step of z; 4 steps each way cover every reachable t
         up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(-np.inf))
         for cand in (up, down):
             err = np.abs(cand * s - t)
             better = err < best_err
             best, best_err = np.where(better, cand, best), np.where(better, err, best_err)
-    return best.astype(np.float32)
+    return best.astype(np.float32), best_err == 0
 
 
 def _float_zp_4bit(c: _Codes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Float-offset codes with <= 16 levels -> (u [N, K], s [N, nb], z [N, nb]) for 4-bit float zero points."""
-    s, t, u = c.scales.copy(), c.t, c.q.copy()
-    flat = s == 0  # w = 0*q - t: ORT's z*0 would be 0, so write q = 0, s = 1, z = t instead
+    """Float-offset codes with <= 16 levels -> (u [N, K], s [N, nb], z [N, nb]) for 4-bit float zero points.
+
+    ORT forms fp32(u*s) - fp32(z*s); gguf forms fp32(q*s) - t, and q*s is exact in fp32 (<= 21 significant bits).
+    So a block is bitwise exact iff some float32 z has fp32(z*s) == t — true for ~90 % of Q4_1 blocks. For the
+    rest, other encodings of the same weights are tried: u = a + q with scale s, or u = a - q with scale -s (any a
+    keeping u in 0..15); they need fp32(z*(±s)) == ±a*s + t instead, which is again exactly representable.
+    """
+    n, nb = c.scales.shape
+    s, t = c.scales.copy(), c.t
+    sign, shift = np.ones((n, nb), np.float32), np.zeros((n, nb), np.int16)
+    flat = s == 0  # w = 0*q - t: ORT's z*0 would be 0, so write u = 0 (sign +, shift -q below), s = 1, z = t
     s[flat] = 1.0
-    u.reshape(*s.shape, -1)[flat] = 0
-    return u, s, _solve_zero_points(s, t)
+    z, done = _solve_zero_points(s, t)
+    done |= flat
+    q = c.q.reshape(n, nb, -1).astype(np.int16)
+    qmin, qmax = q.min(axis=-1), q.max(axis=-1)
+    for sg in (1, -1):
+        for a in range(16):
+            todo = ~done & ((qmin + a <= 15) & (qmin + a >= 0) & (qmax + a <= 15) if sg == 1 else (a - qmax >= 0)
+                            & (a - qmin <= 15))
+            if (sg, a) == (1, 0) or not todo.any():
+                continue
+            target64 = sg * a * s[todo].astype(np.float64) + t[todo]
+            target = target64.astype(np.float32)
+            zc, hit = _solve_zero_points(sg * s[todo], target)
+            hit &= target.astype(np.float64) == target64
+            idx = tuple(i[hit] for i in np.nonzero(todo))
+            z[idx], sign[idx], shift[idx], done[idx] = zc[hit], sg, a, True
+    u = shift[..., None] + sign.astype(np.int16)[..., None] * q
+    u[flat] = 0
+    return u.astype(np.uint8).reshape(n, -1), (s * sign).astype(np.float32), z
 
 
 def _float_offset_8bit(c: _Codes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Float-offset codes with 32 levels (Q5_1, Q5_K) -> (u [N, K], s' [N, nb], zp uint8 [N, nb]).
+    """Float-offset codes -> (u [N, K], s' [N, nb], zp uint8 [N, nb]) for 8-bit integer zero points.
 
     8-bit MatMulNBits takes only integer zero points, so w = q*s - t becomes (u - zp) * s/k with u = k*q + c and
-    c - zp = round(-k*t/s): the offset is rounded to a multiple of s/k. The largest k in 8, 4, 2, 1 whose codes
-    fit in a byte is used (error <= s/(2k)); a block that fits none is re-quantized symmetrically from its values.
+    c - zp = round(-k*t/s): the offset is rounded to a multiple of s/k. The largest power of two k whose codes fit
+    in a byte is used (error <= s/(2k): k = 8 for 32 levels, 16 for 16, 64 for 4); a block that fits none is
+    re-quantized symmetrically from its values.
     """
     n, nb = c.scales.shape
     q = c.q.reshape(n, nb, -1).astype(np.int64)
@@ -254,7 +284,7 @@ def _float_offset_8bit(c: _Codes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     k_out, c_out, r_out = np.zeros((n, nb)), np.zeros((n, nb)), np.zeros((n, nb))
     done = np.zeros((n, nb), bool)
     with np.errstate(divide="ignore", invalid="ignore"):
-        for k in (8, 4, 2, 1):
+        for k in (64, 32, 16, 8, 4, 2, 1):
             r = np.rint(-k * t / s)
             lo, hi = np.maximum(0, r), np.minimum(255 - k * qmax, 255 + r)
             ok = ~done & (s != 0) & np.isfinite(r) & (lo <= hi)
@@ -284,13 +314,13 @@ def _compare(ours: np.ndarray, ref: np.ndarray) -> tuple[bool, float]:
     return bool(np.array_equal(a, b)), float(np.abs(ours - ref.reshape(ours.shape)).max(initial=0.0))
 
 
-def _to_quant(c: _Codes, source_type: str) -> QuantWeight:
+def _to_quant(c: _Codes, source_type: str, float_zero_points: bool = True) -> QuantWeight:
     """Codes -> MatMulNBits layout; ``exact``/``max_abs_err`` are filled in by the caller."""
     n, k = c.q.shape
     if c.t is None:  # integer offset: shift the codes so the kernel's default zero point applies
         bits = 4 if c.levels <= 16 else 8
         u, s, zp = (c.q.astype(np.int16) - c.offset + (1 << (bits - 1))).astype(np.uint8), c.scales, None
-    elif c.levels <= 16:
+    elif c.levels <= 16 and float_zero_points:
         bits, (u, s, zp) = 4, _float_zp_4bit(c)
         zp = zp.reshape(-1)
     else:
@@ -301,15 +331,18 @@ def _to_quant(c: _Codes, source_type: str) -> QuantWeight:
                        source_type)
 
 
-def from_gguf(t: object) -> QuantWeight | np.ndarray:
+def from_gguf(t: object, float_zero_points: bool = True) -> QuantWeight | np.ndarray:
     """A gguf ``ReaderTensor`` of a linear weight [N out, K in] -> MatMulNBits weight, or float32 [N, K] (float types).
 
     ``exact`` and ``max_abs_err`` compare :func:`dequantize` of the result with ``gguf.quants.dequantize``.
+    ``float_zero_points=False`` never emits float zero points, which ONNX Runtime runs ~60x slower (it dequantizes
+    the whole weight on every call): Q4_1/Q4_K/Q2_K then become 8-bit with integer zero points (fast at
+    accuracy_level 4 only), their offsets rounded to s/32 (Q4_*) or s/128 (Q2_K).
     """
     c = _codes(t)
     if isinstance(c, np.ndarray):
         return c
-    qw = _to_quant(c, t.tensor_type.name)
+    qw = _to_quant(c, t.tensor_type.name, float_zero_points)
     exact, err = _compare(dequantize(qw), _reference(t))
     return replace(qw, exact=exact, max_abs_err=err)
 
