@@ -63,6 +63,9 @@ class ModelSpec:
     input_names: dict[str, str]  # input_ids, attention_mask, past_key (%d), past_value (%d)
     output_names: dict[str, str]  # logits, present_key (%d), present_value (%d)
     genai_config: str | None = None  # ORT GenAI config, relative path (target only)
+    # Per weight tensor, for graphs edge-spec builds itself (GGUF, distilled drafters): name, gguf_type,
+    # onnx_op, bits, block, exact, max_abs_err, bytes. Empty for ORT GenAI builder graphs.
+    tensors: list[dict[str, Any]] = field(default_factory=list)
 
     def logits_bytes(self, positions: int) -> int:
         """Bytes of a float32 logits buffer for ``positions`` query positions."""

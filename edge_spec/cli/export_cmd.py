@@ -1,4 +1,4 @@
-"""``edge-spec export``: a Hugging Face target + drafter -> an edge-spec bundle."""
+"""``edge-spec export``: a target + drafter (Hugging Face checkpoints or GGUF files) -> an edge-spec bundle."""
 
 from __future__ import annotations
 
@@ -11,16 +11,22 @@ from edge_spec.errors import ExportError
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "export", help="export a target/drafter pair to an edge-spec bundle",
-        description="Build ONNX graphs (ORT GenAI model builder), trim the drafter vocabulary, measure memory, "
-                    "and write a bundle with its manifest.")
-    p.add_argument("--target", required=True, metavar="DIR_OR_HF_ID", help="target checkpoint")
-    p.add_argument("--drafter", required=True, metavar="DIR_OR_HF_ID", help="drafter checkpoint (same tokenizer)")
+        description="Build ONNX graphs (a GGUF file keeps its own quantization; Hugging Face checkpoints go through "
+                    "the ORT GenAI model builder), trim the drafter vocabulary, measure memory, and write a bundle "
+                    "with its manifest.")
+    p.add_argument("--target", required=True, metavar="DIR_OR_GGUF", help="target: FILE.gguf, checkpoint dir or hub id")
+    p.add_argument("--drafter", required=True, metavar="DIR_OR_GGUF",
+                   help="drafter (same tokenizer): FILE.gguf, an edge-spec distilled drafter dir, a checkpoint dir "
+                        "or hub id")
     p.add_argument("--out", required=True, metavar="BUNDLE_DIR", help="bundle directory to create")
     p.add_argument("--quant", metavar="PREC[:LEVEL]",
                    help="precision for both models: int4|int8|fp16|fp32, optional int4/int8 accuracy level "
-                        "(e.g. int4:1); default target int4:1, drafter int4:4")
+                        "(e.g. int4:1); default target int4:1, drafter int4:4. A GGUF keeps its own precision: only "
+                        "the accuracy level applies")
     p.add_argument("--target-quant", metavar="PREC[:LEVEL]", help="target precision (overrides --quant)")
     p.add_argument("--drafter-quant", metavar="PREC[:LEVEL]", help="drafter precision (overrides --quant)")
+    p.add_argument("--lm-head", choices=("int8", "fp32"),
+                   help="Hugging Face checkpoints: keep the LM head at int8 or fp32 under an int4/int8 body")
     p.add_argument("--trim-vocab", default="auto", metavar="K|auto|off",
                    help="keep K drafter LM-head rows; auto = smallest K covering 99%% of target tokens (default)")
     p.add_argument("--calibration", type=Path, metavar="FILE",
@@ -51,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     opts = ExportOptions(target_quant=quants["target"], drafter_quant=quants["drafter"],
                          trim_vocab=_trim(args.trim_vocab), calibration=args.calibration,
                          max_context=args.max_context, execution_provider=args.execution_provider,
-                         force=args.force, trust_remote_code=args.trust_remote_code)
+                         force=args.force, trust_remote_code=args.trust_remote_code, lm_head=args.lm_head)
     m = export_bundle(args.target, args.drafter, args.out, opts)
     trim = f", drafter vocab {m.vocab_trim.kept}/{m.vocab_trim.full}" if m.vocab_trim else ""
     print(f"Wrote bundle {args.out} (target {m.target.quantization.precision}, drafter "
