@@ -213,8 +213,15 @@ def test_smollm2_every_tensor_maps() -> None:
     assert set(seen) == {"Q4_1", "Q8_0"}
     assert all(q.exact and q.bits == 8 for q in seen["Q8_0"])
     assert all(q.bits == 4 and q.max_abs_err <= 6e-8 for q in seen["Q4_1"])
-    emb = gq.gather_from_gguf(next(t for t in reader.tensors if t.name == "token_embd.weight"))
+    for t in (t for t in reader.tensors if t.name.startswith("blk.0.") and t.tensor_type.name == "Q4_1"):
+        q = gq.from_gguf(t)  # layer 0 through ONNX Runtime itself
+        got, ref = ort_weight(q), gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
+        assert bits_equal(got, gq.dequantize(q)) and q.max_abs_err == float(np.abs(got - ref).max())
+    emb_t = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    emb = gq.gather_from_gguf(emb_t)
     assert emb.op == "GatherBlockQuantized" and emb.exact
+    rows = ort_rows(emb, np.arange(emb.n, dtype=np.int64))
+    assert bits_equal(rows, gguf.quants.dequantize(np.asarray(emb_t.data), emb_t.tensor_type))
     print(f"SmolLM2: {len(reader.tensors)} tensors in {elapsed:.1f} s; Q4_1 exact "
           f"{sum(q.exact for q in seen['Q4_1'])}/{len(seen['Q4_1'])}, max err "
           f"{max(q.max_abs_err for q in seen['Q4_1']):.3g}")
