@@ -27,6 +27,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--drafter-quant", metavar="PREC[:LEVEL]", help="drafter precision (overrides --quant)")
     p.add_argument("--lm-head", choices=("int8", "fp32"),
                    help="Hugging Face checkpoints: keep the LM head at int8 or fp32 under an int4/int8 body")
+    p.add_argument("--gguf-mode", choices=("exact", "fast"), default="exact",
+                   help="GGUF Q4_1/Q4_K/Q2_K tensors: exact = 4-bit with float zero points (bit-exact, but ONNX "
+                        "Runtime runs them far slower); fast = 8-bit integer zero points (error <= scale/32)")
     p.add_argument("--trim-vocab", default="auto", metavar="K|auto|off",
                    help="keep K drafter LM-head rows; auto = smallest K covering 99%% of target tokens (default)")
     p.add_argument("--calibration", type=Path, metavar="FILE",
@@ -57,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     opts = ExportOptions(target_quant=quants["target"], drafter_quant=quants["drafter"],
                          trim_vocab=_trim(args.trim_vocab), calibration=args.calibration,
                          max_context=args.max_context, execution_provider=args.execution_provider,
-                         force=args.force, trust_remote_code=args.trust_remote_code, lm_head=args.lm_head)
+                         force=args.force, trust_remote_code=args.trust_remote_code, lm_head=args.lm_head,
+                         gguf_mode=args.gguf_mode)
     m = export_bundle(args.target, args.drafter, args.out, opts)
     trim = f", drafter vocab {m.vocab_trim.kept}/{m.vocab_trim.full}" if m.vocab_trim else ""
     print(f"Wrote bundle {args.out} (target {m.target.quantization.precision}, drafter "

@@ -103,9 +103,9 @@ def _entry(name: str, w: Any, gguf_type: str, op: str) -> dict[str, Any]:
             "max_abs_err": 0.0, "bytes": weight_bytes(w)}
 
 
-def _gguf_linear(m: gguf_src.GGUFModel, name: str, report: list, qk: str | None = None) -> Any:
+def _gguf_linear(m: gguf_src.GGUFModel, name: str, report: list, qk: str | None = None, fzp: bool = True) -> Any:
     t = m.tensors[name]
-    w = gguf_quant.from_gguf(t)
+    w = gguf_quant.from_gguf(t, float_zero_points=fzp)
     if qk and m.permuted_qk:  # un-permute rows: exact, blocks run along K
         w = unpermute_qk(w, int(m.config[_QK_HEADS[qk]]))
     report.append(_entry(name, w, t.tensor_type.name, "MatMulNBits" if is_quant(w) else "MatMul"))
@@ -117,13 +117,14 @@ def _f32(m: gguf_src.GGUFModel, name: str) -> np.ndarray:
     return np.asarray(gguf_quant.from_gguf(t), dtype=np.float32).reshape(-1)
 
 
-def _head_and_embedding(m: gguf_src.GGUFModel, report: list, kept: np.ndarray | None) -> tuple[Any, Any]:
+def _head_and_embedding(m: gguf_src.GGUFModel, report: list, kept: np.ndarray | None, fzp: bool = True
+                        ) -> tuple[Any, Any]:
     """(embed, lm_head) from the GGUF: the head keeps its blocks; a tied 8-bit symmetric head is also the
     embedding (one initializer); otherwise the embedding goes through GatherBlockQuantized or float32."""
     emb_t = m.tensors["token_embd.weight"]
     head_name = "output.weight" if "output.weight" in m.tensors else "token_embd.weight"
     head_t = m.tensors[head_name]
-    head = gguf_quant.from_gguf(head_t)
+    head = gguf_quant.from_gguf(head_t, float_zero_points=fzp)
     tied = head_name == "token_embd.weight"
     embed: Any
     if tied and is_quant(head) and head.bits == 8 and head.zero_points is None and head.exact:
@@ -148,23 +149,27 @@ def _head_and_embedding(m: gguf_src.GGUFModel, report: list, kept: np.ndarray | 
     return embed, head
 
 
-def gguf_decoder(m: gguf_src.GGUFModel, layers: int | None = None, kept: np.ndarray | None = None
-                 ) -> tuple[Decoder, list[dict[str, Any]]]:
-    """GGUF tensors -> :class:`Decoder` (first ``layers`` layers when given; LM head rows ``kept``)."""
+def gguf_decoder(m: gguf_src.GGUFModel, layers: int | None = None, kept: np.ndarray | None = None,
+                 float_zero_points: bool = True) -> tuple[Decoder, list[dict[str, Any]]]:
+    """GGUF tensors -> :class:`Decoder` (first ``layers`` layers when given; LM head rows ``kept``).
+
+    ``float_zero_points=False`` maps float-offset types (Q4_1, Q4_K, Q2_K) to 8-bit integer zero points
+    instead: not exact (error <= s/32), but ONNX Runtime runs float zero points ~60x slower."""
     report: list[dict[str, Any]] = []
     n_layers = int(m.config["num_hidden_layers"]) if layers is None else layers
-    embed, head = _head_and_embedding(m, report, kept)
+    fzp = float_zero_points
+    embed, head = _head_and_embedding(m, report, kept, fzp)
     out = []
     for i in range(n_layers):
         b = f"blk.{i}."
         try:
-            L = Layer(q=_gguf_linear(m, b + "attn_q.weight", report, "q"),
-                      k=_gguf_linear(m, b + "attn_k.weight", report, "k"),
-                      v=_gguf_linear(m, b + "attn_v.weight", report),
-                      o=_gguf_linear(m, b + "attn_output.weight", report),
-                      gate=_gguf_linear(m, b + "ffn_gate.weight", report),
-                      up=_gguf_linear(m, b + "ffn_up.weight", report),
-                      down=_gguf_linear(m, b + "ffn_down.weight", report),
+            L = Layer(q=_gguf_linear(m, b + "attn_q.weight", report, "q", fzp),
+                      k=_gguf_linear(m, b + "attn_k.weight", report, "k", fzp),
+                      v=_gguf_linear(m, b + "attn_v.weight", report, fzp=fzp),
+                      o=_gguf_linear(m, b + "attn_output.weight", report, fzp=fzp),
+                      gate=_gguf_linear(m, b + "ffn_gate.weight", report, fzp=fzp),
+                      up=_gguf_linear(m, b + "ffn_up.weight", report, fzp=fzp),
+                      down=_gguf_linear(m, b + "ffn_down.weight", report, fzp=fzp),
                       attn_norm=_f32(m, b + "attn_norm.weight"), ffn_norm=_f32(m, b + "ffn_norm.weight"))
         except KeyError as exc:
             raise ExportError(f"The GGUF '{m.name}' has no tensor {exc.args[0]}; the file is incomplete or not a "
@@ -237,11 +242,12 @@ def graph_spec(cfg: dict[str, Any], max_context: int, accuracy_level: int, m: gg
 
 
 def build(src: Source, out_dir: Path, max_context: int, accuracy_level: int, bits: int | None = 4,
-          block_size: int = 32, kept: np.ndarray | None = None, layers: int | None = None) -> Path:
+          block_size: int = 32, kept: np.ndarray | None = None, layers: int | None = None,
+          float_zero_points: bool = True) -> Path:
     """Write ``out_dir/model.onnx`` (+ data) for ``src``; fills ``src.report``. ``bits`` applies to distilled
-    drafters only (GGUF tensors keep their own)."""
+    drafters only (GGUF tensors keep their own); ``float_zero_points`` to GGUF float-offset types."""
     if src.kind == "gguf":
-        dec, report = gguf_decoder(src.gguf, layers, kept)
+        dec, report = gguf_decoder(src.gguf, layers, kept, float_zero_points)
     else:
         dec, report = distilled_decoder(src, bits, block_size, kept)
     src.report = report

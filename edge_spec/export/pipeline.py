@@ -86,6 +86,7 @@ class ExportOptions:
     trust_remote_code: bool = False
     measure_memory: bool = True
     lm_head: str | None = None  # HF builder path: "int8" or "fp32" keeps the LM head above the body precision
+    gguf_mode: str = "exact"  # "exact": float zero points where a GGUF type needs them; "fast": 8-bit integer ones
 
 
 Progress = Callable[[str], None]
@@ -276,7 +277,8 @@ def _build_role(tmp: Path, role: str, ckpt: Source, q: Quant, opts: ExportOption
             raise ExportError(f"A {q.precision} {role} cannot be built from '{ckpt.name}'; use int4, int8 or fp32.")
         what = "its own quantization" if ckpt.kind == "gguf" else f"{q.precision} layers + the target's embedding"
         with _timed(say, "build", f"{role} {ckpt.architecture} ({ckpt.kind}) -> {what}, accuracy_level {level}"):
-            graph = own_build.build(ckpt, tmp / role, max_ctx, level, bits, opts.block_size, kept=kept)
+            graph = own_build.build(ckpt, tmp / role, max_ctx, level, bits, opts.block_size, kept=kept,
+                                    float_zero_points=opts.gguf_mode == "exact")
         inexact = [e for e in ckpt.report if not e["exact"]]
         for e in inexact:
             say(f"[exact] {role} {e['name']}: {e['gguf_type']} -> {e['onnx_op']} {e['bits']}-bit block "
