@@ -170,20 +170,6 @@ def test_unsupported_type_is_one_sentence(tmp_path: Path) -> None:
     assert str(err.value).count(". ") == 0 and "re-quantize" in str(err.value)
 
 
-def test_row_surgery_keeps_rows(tensors: dict) -> None:
-    a, b = gq.from_gguf(tensors["Q4_0"]), gq.from_gguf(tensors["Q3_K"])  # default zp; K 512 each
-    rows = np.random.default_rng(1).permutation(a.n)
-    np.testing.assert_array_equal(gq.dequantize(gq.take_rows(a, rows)), gq.dequantize(a)[rows])
-    q1 = gq.from_gguf(tensors["Q4_1"])
-    fused = gq.concat_rows([q1, gq.take_rows(q1, rows[:5])])
-    want = np.concatenate([gq.dequantize(q1), gq.dequantize(q1)[rows[:5]]])
-    np.testing.assert_array_equal(gq.dequantize(fused), want)
-    with pytest.raises(ExportError):
-        gq.concat_rows([a, b])  # block 32 with block 16
-    with pytest.raises(ExportError, match="float and integer zero points"):
-        gq.concat_rows([a, q1])
-
-
 def test_quantize_float_roundtrip() -> None:
     w = np.random.default_rng(2).standard_normal((16, 64)).astype(np.float32)
     for bits in (4, 8):

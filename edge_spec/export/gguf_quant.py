@@ -13,13 +13,16 @@ operator                     bits   block      uint8 zp  float zp               
 MatMulNBits                  4      16,32,64   yes       yes                         129 / 54 us; float zp 7.7 ms
 MatMulNBits                  2      16,32,64   yes       yes                         (not timed)
 MatMulNBits                  8      16,32,64   yes       no: "Only 2b and 4b ..."    6.7 ms (all levels 0-3) / 62 us
+MatMul, fp32 weight          -      -          -         -                           202 us
 GatherBlockQuantized uint8   4, 8   16, 32     yes       no: type error at load      -
 ===========================  =====  =========  ========  ==========================  ===========================
 
 Integer zero points dequantize as ``(q - zp) * s`` (default zp 2^(bits-1)); float zero points as
-``fp32(q*s) - fp32(z*s)``: two roundings, no fused multiply-add (16k random values; M = 1 and M = K agree).
-Float zero points and 8 bits below accuracy_level 4 take ORT's unpacked path (the whole weight dequantized on
-every call, ~60x slower): exact, but for a fast graph use accuracy_level 4 and ``float_zero_points=False``.
+``fp32(q*s) - fp32(z*s)``: two roundings, no fused multiply-add (16k random values; M = 1 and M = K agree;
+at accuracy_level 4 float zero points still compute in fp32 on these exact weights).
+Float zero points (any level) and 8 bits below accuracy_level 4 run slow fallbacks (the weight dequantized on
+every call, ~60x slower; an fp32 MatMul of the same exact values is ~38x faster): for a fast graph use
+accuracy_level 4 and ``float_zero_points=False``.
 
 Per GGUF type (``exact``: equal to gguf's float32 dequantization, -0 and +0 counted equal — a MatMul cannot
 tell them apart):
@@ -246,7 +249,7 @@ def _float_zp_4bit(c: _Codes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n, nb = c.scales.shape
     s, t = c.scales.copy(), c.t
     sign, shift = np.ones((n, nb), np.float32), np.zeros((n, nb), np.int16)
-    flat = s == 0  # w = 0*q - t: ORT's z*0 would be 0, so write u = 0 (sign +, shift -q below), s = 1, z = t
+    flat = s == 0  # w = 0*q - t, but ORT's z*0 would be 0: write u = 0 (at the end), s = 1, z = t instead
     s[flat] = 1.0
     z, done = _solve_zero_points(s, t)
     done |= flat
@@ -254,8 +257,8 @@ def _float_zp_4bit(c: _Codes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     qmin, qmax = q.min(axis=-1), q.max(axis=-1)
     for sg in (1, -1):
         for a in range(16):
-            todo = ~done & ((qmin + a <= 15) & (qmin + a >= 0) & (qmax + a <= 15) if sg == 1 else (a - qmax >= 0)
-                            & (a - qmin <= 15))
+            lo, hi = (qmin + a, qmax + a) if sg == 1 else (a - qmax, a - qmin)  # range of u = a + sg*q
+            todo = ~done & (lo >= 0) & (hi <= 15)
             if (sg, a) == (1, 0) or not todo.any():
                 continue
             target64 = sg * a * s[todo].astype(np.float64) + t[todo]
@@ -410,39 +413,6 @@ def quantize_float(w: np.ndarray, bits: int = 4, block_size: int = 32) -> QuantW
 def matmulnbits_node_attrs(q: QuantWeight, accuracy_level: int) -> dict[str, int]:
     """Attributes of the com.microsoft MatMulNBits node for ``q``."""
     return {"K": q.k, "N": q.n, "bits": q.bits, "block_size": q.block_size, "accuracy_level": accuracy_level}
-
-
-# ---------------------------------------------------------------- row surgery (un-permuting q/k, fusing q|k|v)
-def take_rows(q: QuantWeight, rows: np.ndarray) -> QuantWeight:
-    """The output features ``rows`` of ``q`` (every array is laid out per row, so this is a plain gather)."""
-    rows = np.asarray(rows, dtype=np.int64)
-    n, nb = q.n, q.k // q.block_size
-    zp = None if q.zero_points is None else q.zero_points.reshape(n, -1)[rows].reshape(-1)
-    return replace(q, n=len(rows), packed=q.packed[rows], scales=q.scales.reshape(n, nb)[rows].reshape(-1),
-                   zero_points=zp)
-
-
-def concat_rows(parts: list[QuantWeight]) -> QuantWeight:
-    """Stack weights with the same K, bits and block size along N (e.g. q, k, v into one MatMulNBits)."""
-    first = parts[0]
-    if any((p.k, p.bits, p.block_size) != (first.k, first.bits, first.block_size) for p in parts):
-        raise ExportError("cannot fuse GGUF weights of different shapes or quantization; export them as separate "
-                          "MatMul nodes instead.")
-    kinds = {None if p.zero_points is None else p.zero_points.dtype for p in parts}
-    if len(kinds) == 1:
-        zps = [p.zero_points for p in parts]
-    elif kinds == {None, np.dtype(np.uint8)}:  # materialise the default zero point next to explicit ones
-        nb = first.k // first.block_size
-        default = _pack_rows(np.full((1, nb), 1 << (first.bits - 1), np.uint8), first.bits).reshape(-1)
-        zps = [np.tile(default, p.n) if p.zero_points is None else p.zero_points for p in parts]
-    else:
-        raise ExportError("cannot fuse GGUF weights with float and integer zero points (e.g. Q4_1 with Q4_0); export "
-                          "them as separate MatMul nodes instead.")
-    types = sorted({p.source_type for p in parts})
-    return QuantWeight(first.bits, first.block_size, first.k, sum(p.n for p in parts),
-                       np.concatenate([p.packed for p in parts]), np.concatenate([p.scales for p in parts]),
-                       None if zps[0] is None else np.concatenate(zps), all(p.exact for p in parts),
-                       max(p.max_abs_err for p in parts), "+".join(types))
 
 
 # ---------------------------------------------------------------- ONNX emission
