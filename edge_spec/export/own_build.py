@@ -12,7 +12,10 @@ Each build returns a per-tensor report (what was exact) for the manifest and the
 
 from __future__ import annotations
 
+import filecmp
 import json
+import os
+import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +26,16 @@ import numpy as np
 from edge_spec.errors import ExportError
 from edge_spec.export import gguf as gguf_src
 from edge_spec.export import gguf_quant
-from edge_spec.export.onnx_graph import Decoder, GraphSpec, Layer, build_decoder, is_quant, take_rows, unpermute_qk
+from edge_spec.export.onnx_graph import (
+    EMBED_DATA,
+    Decoder,
+    GraphSpec,
+    Layer,
+    build_decoder,
+    is_quant,
+    take_rows,
+    unpermute_qk,
+)
 
 DRAFTER_KEY = "edge_spec_drafter"
 _QK_HEADS = {"q": "num_attention_heads", "k": "num_key_value_heads"}
@@ -280,3 +292,28 @@ def write_genai_config(out_dir: Path, cfg: dict[str, Any], max_context: int) -> 
             "search": {"do_sample": False, "max_length": max_context, "num_beams": 1,
                        "past_present_share_buffer": True}}
     (out_dir / "genai_config.json").write_text(json.dumps(body, indent=4) + "\n", encoding="utf-8")
+
+
+def head_bytes(src: Source) -> tuple[int, int]:
+    """LM-head bytes (before, after VocabTrim) from the last build's report."""
+    head = next(e for e in src.report if e["name"].endswith("(LM head)"))
+    return int(head["bytes_untrimmed"]), int(head["bytes"])
+
+
+def share_embedding(target_dir: Path, drafter_dir: Path, say: Any) -> dict[str, Any] | None:
+    """Target and drafter built on the same embedding hold byte-identical embed.data files: keep one on disk
+    (a hard link; a copy where the file system has none). ONNX Runtime refuses external-data paths with '..',
+    so each graph keeps a file of that name next to it."""
+    a, b = target_dir / EMBED_DATA, drafter_dir / EMBED_DATA
+    if not (a.is_file() and b.is_file() and filecmp.cmp(a, b, shallow=False)):
+        return None
+    b.unlink()
+    try:
+        os.link(a, b)
+        linked = True
+    except OSError:
+        shutil.copy2(a, b)
+        linked = False
+    say(f"[share] the drafter's embedding is the target's ({a.stat().st_size / 1e6:.1f} MB, "
+        f"{'stored once (hard link)' if linked else 'copied: no hard links on this file system'})")
+    return {"file": EMBED_DATA, "bytes": a.stat().st_size, "hard_link": linked}

@@ -8,7 +8,6 @@ Ctrl-C included, removes the temp dir, so a bundle on disk is always complete.
 from __future__ import annotations
 
 import errno
-import filecmp
 import hashlib
 import json
 import os
@@ -37,7 +36,6 @@ from edge_spec.bundle import (
 from edge_spec.errors import EdgeSpecError, ExportError
 from edge_spec.export import build, calibrate, measure, own_build, tokenizer_check, vocab_trim
 from edge_spec.export import gguf as gguf_src
-from edge_spec.export.onnx_graph import EMBED_DATA
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 DEFAULT_MAX_CONTEXT_CAP = 4096  # default max_context = min(checkpoint's positions, this)
@@ -234,7 +232,7 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint, 
             if own_drafter:  # our builder slices the LM head's rows (exact: blocks run along K)
                 graphs["drafter"] = _build_role(tmp, "drafter", d_ckpt, opts.drafter_quant, opts, max_ctx, cache,
                                                 say, kept=kept.ids)
-                before, after = _head_bytes(d_ckpt, full=int(t_cfg["vocab_size"]), kept=len(kept.ids))
+                before, after = own_build.head_bytes(d_ckpt)
             else:
                 before, after = vocab_trim.trim_lm_head(graphs["drafter"], kept.ids)
             np.save(tmp / "drafter" / "id_map.npy", kept.ids)
@@ -248,7 +246,7 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint, 
     shutil.rmtree(cache, ignore_errors=True)
     for f in ("genai_config.json",) + TOKENIZER_FILES:  # the drafter dir holds only its graph (+ id map)
         (tmp / "drafter" / f).unlink(missing_ok=True)
-    shared = _share_embedding(tmp, say)
+    shared = own_build.share_embedding(tmp / "target", tmp / "drafter", say)
 
     specs = {}
     for role, ckpt, q in (("target", t_ckpt, opts.target_quant), ("drafter", d_ckpt, opts.drafter_quant)):
@@ -319,30 +317,6 @@ def _tokenizers(t_ckpt: Source, d_ckpt: Source, tok_dir: Path, cache: Path) -> T
     bos = t_ckpt.gguf.special_ids.get("bos", spec.bos_token_id)
     return TokenizerSpec(files=spec.files, vocab_size=spec.vocab_size, bos_token_id=bos, stop_token_ids=stops,
                          special_token_ids=spec.special_token_ids, chat=spec.chat)
-
-
-def _head_bytes(src: own_build.Source, full: int, kept: int) -> tuple[int, int]:
-    head = next(e for e in src.report if e["name"].endswith("(LM head)"))
-    return int(head["bytes_untrimmed"]), int(head["bytes"])
-
-
-def _share_embedding(tmp: Path, say: Progress) -> dict[str, Any] | None:
-    """Target and drafter built on the same embedding hold byte-identical embed.data files: keep one on disk
-    (a hard link; a copy where the file system has none). ORT refuses external-data paths with '..', so each
-    graph keeps a file of that name next to it."""
-    a, b = tmp / "target" / EMBED_DATA, tmp / "drafter" / EMBED_DATA
-    if not (a.is_file() and b.is_file() and filecmp.cmp(a, b, shallow=False)):
-        return None
-    b.unlink()
-    try:
-        os.link(a, b)
-        linked = True
-    except OSError:
-        shutil.copy2(a, b)
-        linked = False
-    say(f"[share] the drafter's embedding is the target's ({a.stat().st_size / 1e6:.1f} MB, "
-        f"{'stored once (hard link)' if linked else 'copied: no hard links on this file system'})")
-    return {"file": EMBED_DATA, "bytes": a.stat().st_size, "hard_link": linked}
 
 
 def _sha(src: Source) -> str:
