@@ -266,3 +266,17 @@ def test_distilled_drafter_shares_the_target_embedding(tmp_path: Path) -> None:
     cfg = {"max_new_tokens": 12, "stop_token_ids": ()}
     assert engine.generate("hello", cfg, draft_length=2).token_ids == engine.generate(
         "hello", cfg, speculative=False).token_ids
+
+
+@pytest.mark.slow
+def test_builder_keeps_the_lm_head_at_int8(tmp_path: Path) -> None:
+    import onnx
+
+    from edge_spec.export.build import BuildOptions, build_graph, resolve_checkpoint
+
+    ckpt = resolve_checkpoint(str(Path(__file__).resolve().parents[1] / "models" / "demo" / "target"), "target")
+    graph = build_graph(ckpt, tmp_path / "g", BuildOptions("int4", 1, lm_head="int8"), tmp_path / "cache")
+    nodes = onnx.load(str(graph), load_external_data=False).graph.node
+    bits = {n.name: next(a.i for a in n.attribute if a.name == "bits") for n in nodes if n.op_type == "MatMulNBits"}
+    head = next(n.name for n in nodes if "logits" in n.output)
+    assert bits.pop(head) == 8 and set(bits.values()) == {4}

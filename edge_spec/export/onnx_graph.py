@@ -13,6 +13,7 @@ dequantizes to exactly the source's values) or as float arrays ``[N, K]`` (HF ``
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -336,4 +337,8 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
         if t.name.startswith("embed.") and t.data_location == TensorProto.EXTERNAL:
             set_external_data(t, location=EMBED_DATA)
     onnx.save_model(model, str(out_path))
+    mask = os.umask(0)
+    os.umask(mask)
+    for f in out_path.parent.glob("*.data"):  # onnx creates external data 0600; a bundle is meant to be shared
+        f.chmod(0o666 & ~mask)
     return out_path
