@@ -54,15 +54,22 @@ def _vocab() -> tuple[list[str], list[str]]:
     return tokens, merges
 
 
+def _head(arch: str) -> int:
+    """Qwen3 GGUFs carry head_dim as attention.key_length, which transformers' loader ignores (it keeps
+    Qwen3's default 128), so the tiny qwen3 uses 128."""
+    return 128 if arch == "qwen3" else HEAD
+
+
 def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
     """HF rows -> llama.cpp's interleaved-rope row order (what convert_hf_to_gguf.py writes for llama)."""
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 def write_tiny_gguf(path: Path, arch: str, layers: int, seed: int, embed_seed: int = 0) -> Path:
-    """A random ``arch`` (llama | qwen2) decoder as GGUF: tied Q8_0 embedding, Q4_0 / Q4_1 / Q8_0 linear layers."""
+    """A random ``arch`` (llama | qwen2 | qwen3) decoder as GGUF: tied Q8_0 embedding, Q4_0/Q4_1/Q8_0 linear layers."""
     tokens, merges = _vocab()
     vocab = len(tokens)
+    head = _head(arch)
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(layers)
@@ -75,6 +82,9 @@ def write_tiny_gguf(path: Path, arch: str, layers: int, seed: int, embed_seed: i
     w.add_rope_freq_base(10000.0)
     if arch == "llama":
         w.add_rope_dimension_count(HEAD)
+    if arch == "qwen3":  # as llama.cpp's converter writes it
+        w.add_key_length(head)
+        w.add_value_length(head)
     w.add_vocab_size(vocab)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
@@ -101,13 +111,16 @@ def write_tiny_gguf(path: Path, arch: str, layers: int, seed: int, embed_seed: i
         b = f"blk.{i}."
         w.add_tensor(b + "attn_norm.weight", (1 + 0.1 * rng.standard_normal(HIDDEN)).astype(np.float32))
         w.add_tensor(b + "ffn_norm.weight", (1 + 0.1 * rng.standard_normal(HIDDEN)).astype(np.float32))
-        lin(b + "attn_q.weight", HEADS * HEAD, HIDDEN, qkv[0], HEADS)
-        lin(b + "attn_k.weight", KV_HEADS * HEAD, HIDDEN, qkv[1], KV_HEADS)
-        lin(b + "attn_v.weight", KV_HEADS * HEAD, HIDDEN, qkv[2])
+        lin(b + "attn_q.weight", HEADS * head, HIDDEN, qkv[0], HEADS)
+        lin(b + "attn_k.weight", KV_HEADS * head, HIDDEN, qkv[1], KV_HEADS)
+        lin(b + "attn_v.weight", KV_HEADS * head, HIDDEN, qkv[2])
+        if arch == "qwen3":  # per-head RMSNorm of q and k before rope
+            w.add_tensor(b + "attn_q_norm.weight", (1 + 0.1 * rng.standard_normal(head)).astype(np.float32))
+            w.add_tensor(b + "attn_k_norm.weight", (1 + 0.1 * rng.standard_normal(head)).astype(np.float32))
         if arch == "qwen2":
             for nm, n in (("q", HEADS * HEAD), ("k", KV_HEADS * HEAD), ("v", KV_HEADS * HEAD)):
                 w.add_tensor(f"{b}attn_{nm}.bias", rng.normal(0, 0.1, n).astype(np.float32))
-        lin(b + "attn_output.weight", HIDDEN, HEADS * HEAD, Q.Q4_0)
+        lin(b + "attn_output.weight", HIDDEN, HEADS * head, Q.Q4_0)
         lin(b + "ffn_gate.weight", FFN, HIDDEN, Q.Q4_1)
         lin(b + "ffn_up.weight", FFN, HIDDEN, Q.Q4_0)
         lin(b + "ffn_down.weight", HIDDEN, FFN, Q.Q8_0)
@@ -127,7 +140,7 @@ def _hf_logits(path: Path, ids: list[int]) -> np.ndarray:
         return model(torch.tensor([ids])).logits[0].numpy()
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2"])
+@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3"])
 def gguf_bundle(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, Path]:
     arch = request.param
     root = tmp_path_factory.mktemp(f"gguf-{arch}")
@@ -146,9 +159,10 @@ def gguf_bundle(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 def test_gguf_graph_matches_transformers_on_the_same_file(gguf_bundle: tuple[str, Path, Path]) -> None:
     arch, target, out = gguf_bundle
     m = read_manifest(out)
-    assert m.target.architecture == {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}[arch]
+    assert m.target.architecture == {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                                     "qwen3": "Qwen3ForCausalLM"}[arch]
     ids = [1, 60, 61, 300, 5, 100, 250, 2, 7, 9, 11, 40]
-    ours = Decoder(out / m.target.graph, 64, HEAD).forward(ids, 0)
+    ours = Decoder(out / m.target.graph, 64, m.target.head_size).forward(ids, 0)
     ref = _hf_logits(target, ids)
     assert ours.shape == ref.shape
     np.testing.assert_allclose(ours, ref, atol=2e-4 * max(1.0, np.abs(ref).max()), rtol=0)
