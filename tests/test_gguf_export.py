@@ -149,8 +149,10 @@ def gguf_bundle(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     prompts = root / "prompts.txt"
     prompts.write_text("chat:hello world\nchat:what is the capital of the world\ndef hello():\\n\n", encoding="utf-8")
     out = root / "bundle"
+    # qwen2: the compact encoding (MatMulNBits with float zero points for Q4_1); the others: exact (default)
     opts = ExportOptions(trim_vocab=120, calibration=prompts, max_context=128, measure_memory=False,
-                         target_quant=Quant("int4", 1), drafter_quant=Quant("int4", 4))
+                         target_quant=Quant("int4", 1), drafter_quant=Quant("int4", 4),
+                         gguf_mode="compact" if arch == "qwen2" else "exact")
     export_bundle(str(target), str(drafter), out, opts, progress=None)
     return arch, target, out
 
@@ -174,17 +176,22 @@ def test_gguf_manifest_records_each_tensor(gguf_bundle: tuple[str, Path, Path]) 
     arch, _, out = gguf_bundle
     m = read_manifest(out)
     rows = {t["name"]: t for t in m.target.tensors}
-    assert rows["token_embd.weight"]["gguf_type"] == "Q8_0" and rows["token_embd.weight"]["exact"]
-    head = rows["token_embd.weight (LM head)"]
-    assert (head["onnx_op"], head["bits"], head["block"], head["exact"]) == ("MatMulNBits", 8, 32, True)
-    assert rows["blk.0.ffn_down.weight"]["gguf_type"] == "Q8_0" and rows["blk.0.ffn_down.weight"]["exact"]
-    assert rows["blk.1.attn_output.weight"]["gguf_type"] == "Q4_0" and rows["blk.1.attn_output.weight"]["exact"]
-    assert rows["blk.0.ffn_gate.weight"]["bits"] == 4 and rows["blk.0.ffn_gate.weight"]["max_abs_err"] < 1e-6
     assert len(m.target.tensors) == 2 + 2 * 7
+    assert rows["token_embd.weight"]["gguf_type"] == "Q8_0" and rows["token_embd.weight"]["exact"]
+    o = rows["blk.1.attn_output.weight"]
+    assert (o["gguf_type"], o["exact"], o["onnx_op"], o["bits"]) == ("Q4_0", True, "MatMulNBits", 4)
+    head, down, gate = rows["token_embd.weight (LM head)"], rows["blk.0.ffn_down.weight"], rows["blk.0.ffn_gate.weight"]
+    assert down["gguf_type"] == "Q8_0" and down["exact"] and gate["gguf_type"] == "Q4_1"
+    if arch == "qwen2":  # compact: the file's blocks in MatMulNBits, at accuracy_level 1 too
+        assert (head["onnx_op"], head["bits"], head["block"], head["exact"]) == ("MatMulNBits", 8, 32, True)
+        assert gate["bits"] == 4 and gate["max_abs_err"] < 1e-6
+    else:  # exact: 8-bit at level 1 and float zero points would hit ORT's slow fallbacks -> fp32 of the same values
+        assert (head["onnx_op"], head["bits"], head["exact"]) == ("MatMul (fp32 of the exact values)", 32, True)
+        assert (gate["bits"], gate["exact"]) == (32, True) and all(r["exact"] for r in m.target.tensors)
     # the trimmed drafter: head rows = kept ids, embedding stored once (same bytes as the target's)
     assert m.drafter.vocab_size == m.vocab_trim.kept == 120
-    d_rows = {t["name"]: t for t in m.drafter.tensors}
-    assert d_rows["token_embd.weight (LM head)"]["onnx_op"].endswith("(VocabTrim rows)")
+    d_head = {t["name"]: t for t in m.drafter.tensors}["token_embd.weight (LM head)"]
+    assert d_head["onnx_op"] == "MatMulNBits (VocabTrim rows)" and d_head["bits"] == 8 and d_head["exact"]
     shared = m.notes.get("shared_embedding")
     assert shared and (out / "target/embed.data").samefile(out / "drafter/embed.data") == shared["hard_link"]
     assert m.sources["target"].sha256 and len(m.sources["target"].sha256) == 64

@@ -27,9 +27,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--drafter-quant", metavar="PREC[:LEVEL]", help="drafter precision (overrides --quant)")
     p.add_argument("--lm-head", choices=("int8", "fp32"),
                    help="Hugging Face checkpoints: keep the LM head at int8 or fp32 under an int4/int8 body")
-    p.add_argument("--gguf-mode", choices=("exact", "fast"), default="exact",
-                   help="GGUF Q4_1/Q4_K/Q2_K tensors: exact = 4-bit with float zero points (bit-exact, but ONNX "
-                        "Runtime runs them far slower); fast = 8-bit integer zero points (error <= scale/32)")
+    p.add_argument("--gguf-mode", choices=("exact", "fast", "compact"), default="exact",
+                   help="GGUF tensors: exact = every weight equals the file's (types ONNX Runtime only runs through "
+                        "slow fallbacks become fp32 MatMuls of the exact values; default); fast = Q4_1/Q4_K/Q2_K as "
+                        "8-bit integer zero points, use with accuracy level 4; compact = MatMulNBits everywhere "
+                        "(smallest, slow float-zero-point kernels)")
     p.add_argument("--trim-vocab", default="auto", metavar="K|auto|off",
                    help="keep K drafter LM-head rows; auto = smallest K covering 99%% of target tokens (default)")
     p.add_argument("--calibration", type=Path, metavar="FILE",

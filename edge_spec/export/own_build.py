@@ -115,12 +115,43 @@ def _entry(name: str, w: Any, gguf_type: str, op: str) -> dict[str, Any]:
             "max_abs_err": 0.0, "bytes": weight_bytes(w)}
 
 
-def _gguf_linear(m: gguf_src.GGUFModel, name: str, report: list, qk: str | None = None, fzp: bool = True) -> Any:
+MODES = ("exact", "fast", "compact")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How GGUF tensors become graph weights (docs/export.md, "GGUF in").
+
+    exact: every weight equals the file's; what ONNX Runtime can only run through its slow fallbacks (float
+    zero points, 8 bits below accuracy_level 4) becomes an fp32 MatMul of the exact values instead.
+    fast: Q4_1/Q4_K/Q2_K as 8-bit integer zero points (not exact, error <= s/32); run it at accuracy_level 4.
+    compact: MatMulNBits everywhere, float zero points included (smallest; slow fallbacks on CPU)."""
+
+    mode: str = "exact"
+    accuracy_level: int = 1
+
+
+def _convert(t: Any, policy: Policy) -> tuple[Any, str]:
+    """A GGUF linear tensor [N, K] -> (graph weight, operator name)."""
+    w = gguf_quant.from_gguf(t, float_zero_points=policy.mode != "fast")
+    if not is_quant(w):
+        return w, "MatMul"
+    float_zp = w.zero_points is not None and w.zero_points.dtype == np.float32
+    slow = float_zp or (w.bits == 8 and policy.accuracy_level < 4)
+    if policy.mode == "exact" and (slow or not w.exact):
+        import gguf
+
+        ref = np.asarray(gguf.quants.dequantize(np.asarray(t.data), t.tensor_type), dtype=np.float32)
+        return ref.reshape(w.n, w.k), "MatMul (fp32 of the exact values)"
+    return w, "MatMulNBits"
+
+
+def _gguf_linear(m: gguf_src.GGUFModel, name: str, report: list, qk: str | None, policy: Policy) -> Any:
     t = m.tensors[name]
-    w = gguf_quant.from_gguf(t, float_zero_points=fzp)
+    w, op = _convert(t, policy)
     if qk and m.permuted_qk:  # un-permute rows: exact, blocks run along K
         w = unpermute_qk(w, int(m.config[_QK_HEADS[qk]]))
-    report.append(_entry(name, w, t.tensor_type.name, "MatMulNBits" if is_quant(w) else "MatMul"))
+    report.append(_entry(name, w, t.tensor_type.name, op))
     return w
 
 
@@ -129,14 +160,14 @@ def _f32(m: gguf_src.GGUFModel, name: str) -> np.ndarray:
     return np.asarray(gguf_quant.from_gguf(t), dtype=np.float32).reshape(-1)
 
 
-def _head_and_embedding(m: gguf_src.GGUFModel, report: list, kept: np.ndarray | None, fzp: bool = True
+def _head_and_embedding(m: gguf_src.GGUFModel, report: list, kept: np.ndarray | None, policy: Policy
                         ) -> tuple[Any, Any]:
     """(embed, lm_head) from the GGUF: the head keeps its blocks; a tied 8-bit symmetric head is also the
     embedding (one initializer); otherwise the embedding goes through GatherBlockQuantized or float32."""
     emb_t = m.tensors["token_embd.weight"]
     head_name = "output.weight" if "output.weight" in m.tensors else "token_embd.weight"
     head_t = m.tensors[head_name]
-    head = gguf_quant.from_gguf(head_t, float_zero_points=fzp)
+    head, h_op = _convert(head_t, policy)
     tied = head_name == "token_embd.weight"
     embed: Any
     if tied and is_quant(head) and head.bits == 8 and head.zero_points is None and head.exact:
@@ -152,7 +183,6 @@ def _head_and_embedding(m: gguf_src.GGUFModel, report: list, kept: np.ndarray | 
                 raise ExportError(f"The GGUF embedding type {emb_t.tensor_type.name} cannot be carried over exactly; "
                                   "this should not happen, please report it.")
     report.append(_entry("token_embd.weight", embed, emb_t.tensor_type.name, op))
-    h_op = "MatMulNBits" if is_quant(head) else "MatMul"
     full_bytes = weight_bytes(head)
     if kept is not None:
         head, h_op = take_rows(head, kept), f"{h_op} (VocabTrim rows)"
@@ -162,26 +192,25 @@ def _head_and_embedding(m: gguf_src.GGUFModel, report: list, kept: np.ndarray | 
 
 
 def gguf_decoder(m: gguf_src.GGUFModel, layers: int | None = None, kept: np.ndarray | None = None,
-                 float_zero_points: bool = True) -> tuple[Decoder, list[dict[str, Any]]]:
+                 policy: Policy | None = None) -> tuple[Decoder, list[dict[str, Any]]]:
     """GGUF tensors -> :class:`Decoder` (first ``layers`` layers when given; LM head rows ``kept``).
 
-    ``float_zero_points=False`` maps float-offset types (Q4_1, Q4_K, Q2_K) to 8-bit integer zero points
-    instead: not exact (error <= s/32), but ONNX Runtime runs float zero points ~60x slower."""
+    ``policy`` (default: exact at accuracy_level 1) decides the encoding, see :class:`Policy`."""
     report: list[dict[str, Any]] = []
     n_layers = int(m.config["num_hidden_layers"]) if layers is None else layers
-    fzp = float_zero_points
-    embed, head = _head_and_embedding(m, report, kept, fzp)
+    pol = policy or Policy()
+    embed, head = _head_and_embedding(m, report, kept, pol)
     out = []
     for i in range(n_layers):
         b = f"blk.{i}."
         try:
-            L = Layer(q=_gguf_linear(m, b + "attn_q.weight", report, "q", fzp),
-                      k=_gguf_linear(m, b + "attn_k.weight", report, "k", fzp),
-                      v=_gguf_linear(m, b + "attn_v.weight", report, fzp=fzp),
-                      o=_gguf_linear(m, b + "attn_output.weight", report, fzp=fzp),
-                      gate=_gguf_linear(m, b + "ffn_gate.weight", report, fzp=fzp),
-                      up=_gguf_linear(m, b + "ffn_up.weight", report, fzp=fzp),
-                      down=_gguf_linear(m, b + "ffn_down.weight", report, fzp=fzp),
+            L = Layer(q=_gguf_linear(m, b + "attn_q.weight", report, "q", pol),
+                      k=_gguf_linear(m, b + "attn_k.weight", report, "k", pol),
+                      v=_gguf_linear(m, b + "attn_v.weight", report, None, pol),
+                      o=_gguf_linear(m, b + "attn_output.weight", report, None, pol),
+                      gate=_gguf_linear(m, b + "ffn_gate.weight", report, None, pol),
+                      up=_gguf_linear(m, b + "ffn_up.weight", report, None, pol),
+                      down=_gguf_linear(m, b + "ffn_down.weight", report, None, pol),
                       attn_norm=_f32(m, b + "attn_norm.weight"), ffn_norm=_f32(m, b + "ffn_norm.weight"))
         except KeyError as exc:
             raise ExportError(f"The GGUF '{m.name}' has no tensor {exc.args[0]}; the file is incomplete or not a "
@@ -197,14 +226,14 @@ def gguf_decoder(m: gguf_src.GGUFModel, layers: int | None = None, kept: np.ndar
     return Decoder(embed=embed, layers=out, final_norm=_f32(m, "output_norm.weight"), lm_head=head), report
 
 
-def distilled_decoder(src: Source, bits: int | None, block_size: int, kept: np.ndarray | None = None
-                      ) -> tuple[Decoder, list[dict[str, Any]]]:
+def distilled_decoder(src: Source, bits: int | None, block_size: int, kept: np.ndarray | None = None,
+                      policy: Policy | None = None) -> tuple[Decoder, list[dict[str, Any]]]:
     """An edge-spec drafter: its own layers quantized by us (``bits`` None = float32), embedding + head from
     the target GGUF unchanged."""
     from safetensors.numpy import load_file
 
     report: list[dict[str, Any]] = []
-    embed, head = _head_and_embedding(src.gguf, report, kept)
+    embed, head = _head_and_embedding(src.gguf, report, kept, policy or Policy())
     sd = load_file(str(src.path / "model.safetensors"))
 
     def lin(name: str) -> Any:
@@ -255,13 +284,13 @@ def graph_spec(cfg: dict[str, Any], max_context: int, accuracy_level: int, m: gg
 
 def build(src: Source, out_dir: Path, max_context: int, accuracy_level: int, bits: int | None = 4,
           block_size: int = 32, kept: np.ndarray | None = None, layers: int | None = None,
-          float_zero_points: bool = True) -> Path:
+          mode: str = "exact") -> Path:
     """Write ``out_dir/model.onnx`` (+ data) for ``src``; fills ``src.report``. ``bits`` applies to distilled
-    drafters only (GGUF tensors keep their own); ``float_zero_points`` to GGUF float-offset types."""
+    drafters only (GGUF tensors keep their own); ``mode`` to GGUF files (:class:`Policy`)."""
     if src.kind == "gguf":
-        dec, report = gguf_decoder(src.gguf, layers, kept, float_zero_points)
+        dec, report = gguf_decoder(src.gguf, layers, kept, Policy(mode, accuracy_level))
     else:
-        dec, report = distilled_decoder(src, bits, block_size, kept)
+        dec, report = distilled_decoder(src, bits, block_size, kept, Policy(mode, accuracy_level))
     src.report = report
     spec = graph_spec(src.config, max_context, accuracy_level, src.gguf)
     return build_decoder(dec, spec, out_dir / "model.onnx")

@@ -84,7 +84,7 @@ class ExportOptions:
     trust_remote_code: bool = False
     measure_memory: bool = True
     lm_head: str | None = None  # HF builder path: "int8" or "fp32" keeps the LM head above the body precision
-    gguf_mode: str = "exact"  # "exact": float zero points where a GGUF type needs them; "fast": 8-bit integer ones
+    gguf_mode: str = "exact"  # exact | fast | compact: how GGUF tensors are encoded (own_build.Policy)
 
 
 Progress = Callable[[str], None]
@@ -276,7 +276,7 @@ def _build_role(tmp: Path, role: str, ckpt: Source, q: Quant, opts: ExportOption
         what = "its own quantization" if ckpt.kind == "gguf" else f"{q.precision} layers + the target's embedding"
         with _timed(say, "build", f"{role} {ckpt.architecture} ({ckpt.kind}) -> {what}, accuracy_level {level}"):
             graph = own_build.build(ckpt, tmp / role, max_ctx, level, bits, opts.block_size, kept=kept,
-                                    float_zero_points=opts.gguf_mode == "exact")
+                                    mode=opts.gguf_mode)
         inexact = [e for e in ckpt.report if not e["exact"]]
         for e in inexact:
             say(f"[exact] {role} {e['name']}: {e['gguf_type']} -> {e['onnx_op']} {e['bits']}-bit block "
