@@ -60,12 +60,12 @@ def resolve_checkpoint(name: str, role: str, trust_remote_code: bool = False) ->
     if not path.exists():
         looks_like_hub_id = name.count("/") == 1 and not name.startswith((".", "/", "~"))
         if not looks_like_hub_id:
-            raise ExportError(f"The {role} path '{name}' does not exist; pass a Hugging Face checkpoint "
-                              "directory or a hub id like 'org/model'.")
+            raise ExportError(f"The {role} path '{name}' does not exist; pass a GGUF file, a Hugging Face "
+                              "checkpoint directory or a hub id like 'org/model'.")
         path = _download(name, role)
     if not path.is_dir():
-        raise ExportError(f"The {role} '{name}' is a file, not a checkpoint directory; pass the directory "
-                          "that holds config.json and the weights.")
+        raise ExportError(f"The {role} '{name}' is a file but not a GGUF file; pass a .gguf file or the "
+                          "checkpoint directory that holds config.json and the weights.")
     config_file = path / "config.json"
     if not config_file.is_file():
         raise ExportError(f"The {role} directory '{name}' has no config.json, so it is not a Hugging Face "
