@@ -67,6 +67,9 @@ class ModelSpec:
     # (measured at export, edge_spec/export/invariance.py); the runtime pads shorter target passes
     # to it when it speculates. None: not batch-invariant (or not measured).
     batch_invariant_rows: int | None = None
+    # Per weight tensor, for graphs edge-spec builds itself (GGUF, distilled drafters): name, gguf_type,
+    # onnx_op, bits, block, exact, max_abs_err, bytes. Empty for ORT GenAI builder graphs.
+    tensors: list[dict[str, Any]] = field(default_factory=list)
 
     def logits_bytes(self, positions: int) -> int:
         """Bytes of a float32 logits buffer for ``positions`` query positions."""

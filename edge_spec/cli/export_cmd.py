@@ -1,4 +1,4 @@
-"""``edge-spec export``: a Hugging Face target + drafter -> an edge-spec bundle."""
+"""``edge-spec export``: a target + drafter (Hugging Face checkpoints or GGUF files) -> an edge-spec bundle."""
 
 from __future__ import annotations
 
@@ -11,31 +11,46 @@ from edge_spec.errors import ExportError
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from edge_spec.cli.common import command_parser
-    from edge_spec.export.build import SUPPORTED_ARCHITECTURES  # stdlib-only module: --help stays fast
+    from edge_spec.export.build import SUPPORTED_ARCHITECTURES  # stdlib-only modules: --help stays fast
+    from edge_spec.export.gguf import ARCHITECTURES as GGUF_ARCHITECTURES
 
     archs = ", ".join(a.removesuffix("ForCausalLM") for a in SUPPORTED_ARCHITECTURES)
+    gguf_archs = ", ".join(GGUF_ARCHITECTURES)
     p = command_parser(
         subparsers, "export", help="export a target/drafter pair to an edge-spec bundle",
         description=textwrap.fill(
-            "Build ONNX graphs (ORT GenAI model builder), trim the drafter vocabulary, measure memory, and write a "
-            "bundle with its manifest. Target and drafter must share a tokenizer.", 100) + "\n\n" + textwrap.fill(
-            f"Architectures (config.json 'architectures', each ...ForCausalLM): {archs}.", 100) + "\n\n" +
+            "Build ONNX graphs (a GGUF file keeps its own quantization; Hugging Face checkpoints go through the ORT "
+            "GenAI model builder), trim the drafter vocabulary, measure memory, and write a bundle with its "
+            "manifest. Target and drafter must share a tokenizer.", 100) + "\n\n" + textwrap.fill(
+            f"Architectures: GGUF files: {gguf_archs}; Hugging Face checkpoints (config.json 'architectures', "
+            f"each ...ForCausalLM): {archs}.", 100) + "\n\n" +
         textwrap.fill("Time: the demo pair (8.9M + 2.4M parameters) takes 1 to 1.5 minutes on 2 CPU cores; larger "
                       "models take longer (building, quantizing and calibrating grow with the model).", 100),
         examples="""
+  edge-spec export --target SmolLM2-135M-Instruct.Q4_1.gguf --drafter models/smollm2-drafter --out bundles/smol
   edge-spec export --target models/demo/target --drafter models/demo/drafter --out bundles/demo
   edge-spec export --target Qwen/Qwen2.5-1.5B-Instruct --drafter Qwen/Qwen2.5-0.5B-Instruct \\
                    --out bundles/qwen --max-context 4096
   edge-spec export --target T --drafter D --out B --quant int8 --trim-vocab 8192 --force
   edge-spec export --target T --drafter D --out B --calibration prompts.txt   # your own domain""")
-    p.add_argument("--target", required=True, metavar="DIR_OR_HF_ID", help="target checkpoint")
-    p.add_argument("--drafter", required=True, metavar="DIR_OR_HF_ID", help="drafter checkpoint (same tokenizer)")
+    p.add_argument("--target", required=True, metavar="DIR_OR_GGUF", help="target: FILE.gguf, checkpoint dir or hub id")
+    p.add_argument("--drafter", required=True, metavar="DIR_OR_GGUF",
+                   help="drafter (same tokenizer): FILE.gguf, an edge-spec distilled drafter dir, a checkpoint dir "
+                        "or hub id")
     p.add_argument("--out", required=True, metavar="BUNDLE_DIR", help="bundle directory to create")
     p.add_argument("--quant", metavar="PREC[:LEVEL]",
                    help="precision for both models: int4|int8|fp16|fp32, optional int4/int8 accuracy level "
-                        "(e.g. int4:1); default target int4:1, drafter int4:4")
+                        "(e.g. int4:1); default target int4:1, drafter int4:4. A GGUF keeps its own precision: only "
+                        "the accuracy level applies")
     p.add_argument("--target-quant", metavar="PREC[:LEVEL]", help="target precision (overrides --quant)")
     p.add_argument("--drafter-quant", metavar="PREC[:LEVEL]", help="drafter precision (overrides --quant)")
+    p.add_argument("--lm-head", choices=("int8", "fp32"),
+                   help="Hugging Face checkpoints: keep the LM head at int8 or fp32 under an int4/int8 body")
+    p.add_argument("--gguf-mode", choices=("exact", "fast", "compact"), default="exact",
+                   help="GGUF tensors: exact = every weight equals the file's (types ONNX Runtime only runs through "
+                        "slow fallbacks become fp32 MatMuls of the exact values; default); fast = Q4_1/Q4_K/Q2_K as "
+                        "8-bit integer zero points, use with accuracy level 4; compact = MatMulNBits everywhere "
+                        "(smallest, slow float-zero-point kernels)")
     p.add_argument("--trim-vocab", default="auto", metavar="K|auto|off",
                    help="keep K drafter LM-head rows; auto = smallest K covering 99%% of target tokens (default)")
     p.add_argument("--calibration", type=Path, metavar="FILE",
@@ -66,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     opts = ExportOptions(target_quant=quants["target"], drafter_quant=quants["drafter"],
                          trim_vocab=_trim(args.trim_vocab), calibration=args.calibration,
                          max_context=args.max_context, execution_provider=args.execution_provider,
-                         force=args.force, trust_remote_code=args.trust_remote_code)
+                         force=args.force, trust_remote_code=args.trust_remote_code, lm_head=args.lm_head,
+                         gguf_mode=args.gguf_mode)
     m = export_bundle(args.target, args.drafter, args.out, opts)
     trim = f", drafter vocab {m.vocab_trim.kept}/{m.vocab_trim.full}" if m.vocab_trim else ""
     print(f"Wrote bundle {args.out} (target {m.target.quantization.precision}, drafter "

@@ -43,6 +43,7 @@ class BuildOptions:
     block_size: int = 32
     execution_provider: str = "cpu"
     max_context: int | None = None  # None: the checkpoint's max_position_embeddings
+    lm_head: str | None = None  # "int8" / "fp32": keep the LM head above an int4 body (None: same as the body)
 
 
 @dataclass(frozen=True)
@@ -59,12 +60,12 @@ def resolve_checkpoint(name: str, role: str, trust_remote_code: bool = False) ->
     if not path.exists():
         looks_like_hub_id = name.count("/") == 1 and not name.startswith((".", "/", "~"))
         if not looks_like_hub_id:
-            raise ExportError(f"The {role} path '{name}' does not exist; pass a Hugging Face checkpoint "
-                              "directory or a hub id like 'org/model'.")
+            raise ExportError(f"The {role} path '{name}' does not exist; pass a GGUF file, a Hugging Face "
+                              "checkpoint directory or a hub id like 'org/model'.")
         path = _download(name, role)
     if not path.is_dir():
-        raise ExportError(f"The {role} '{name}' is a file, not a checkpoint directory; pass the directory "
-                          "that holds config.json and the weights.")
+        raise ExportError(f"The {role} '{name}' is a file but not a GGUF file; pass a .gguf file or the "
+                          "checkpoint directory that holds config.json and the weights.")
     config_file = path / "config.json"
     if not config_file.is_file():
         raise ExportError(f"The {role} directory '{name}' has no config.json, so it is not a Hugging Face "
@@ -118,6 +119,10 @@ def build_graph(ckpt: Checkpoint, out_dir: Path, opts: BuildOptions, cache_dir: 
     extra = [f"block_size={opts.block_size}"]
     if opts.accuracy_level is not None and opts.precision in ("int4", "int8"):
         extra.append(f"accuracy_level={opts.accuracy_level}")
+    if opts.lm_head == "int8" and opts.precision == "int4":
+        extra.append("matmul_mixed_precision=last_matmul:int8")
+    elif opts.lm_head == "fp32" and opts.precision in ("int4", "int8"):
+        extra.append("nodes_to_exclude=/lm_head/MatMul")
     if ckpt.config.get("auto_map"):
         extra.append("hf_remote=true")
     out_dir.mkdir(parents=True, exist_ok=True)

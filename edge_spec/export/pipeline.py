@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,17 @@ from edge_spec.bundle import (
     write_manifest,
 )
 from edge_spec.errors import EdgeSpecError, ExportError
-from edge_spec.export import build, calibrate, chat_template, invariance, measure, tokenizer_check, vocab_trim
+from edge_spec.export import (
+    build,
+    calibrate,
+    chat_template,
+    invariance,
+    measure,
+    own_build,
+    tokenizer_check,
+    vocab_trim,
+)
+from edge_spec.export import gguf as gguf_src
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 DEFAULT_MAX_CONTEXT_CAP = 4096  # default max_context = min(checkpoint's positions, this)
@@ -81,6 +92,8 @@ class ExportOptions:
     force: bool = False
     trust_remote_code: bool = False
     measure_memory: bool = True
+    lm_head: str | None = None  # HF builder path: "int8" or "fp32" keeps the LM head above the body precision
+    gguf_mode: str = "exact"  # exact | fast | compact: how GGUF tensors are encoded (own_build.Policy)
 
 
 Progress = Callable[[str], None]
@@ -174,9 +187,10 @@ def export_bundle(target: str, drafter: str, out: str | os.PathLike[str], option
     out = Path(out)
     for role, q in (("target", opts.target_quant), ("drafter", opts.drafter_quant)):
         build.check_precision(q.precision, opts.execution_provider, role)
-    t_ckpt = build.resolve_checkpoint(target, "target", opts.trust_remote_code)
-    d_ckpt = build.resolve_checkpoint(drafter, "drafter", opts.trust_remote_code)
-    tokenizer_check.check_same_tokenizer(t_ckpt.path, d_ckpt.path)
+    t_ckpt = _resolve(target, "target", opts, None)
+    d_ckpt = _resolve(drafter, "drafter", opts, t_ckpt)
+    if isinstance(t_ckpt, build.Checkpoint) and isinstance(d_ckpt, build.Checkpoint):
+        tokenizer_check.check_same_tokenizer(t_ckpt.path, d_ckpt.path)  # GGUF tokenizers: checked at export
     prompts = calibrate.read_prompts(opts.calibration) if opts.calibration else list(calibrate.DEFAULT_PROMPTS)
     tmp = _prepare_destination(out, opts.force)
     try:
@@ -193,6 +207,22 @@ def export_bundle(target: str, drafter: str, out: str | os.PathLike[str], option
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+Source = build.Checkpoint | own_build.Source
+
+
+def _resolve(name: str, role: str, opts: ExportOptions, target: Source | None) -> Source:
+    """A GGUF file, an edge-spec distilled drafter dir, or a Hugging Face checkpoint (dir or hub id)."""
+    path = Path(name).expanduser()
+    if path.is_file() and (gguf_src.is_gguf(path) or path.suffix.lower() == ".gguf"):
+        if not gguf_src.is_gguf(path):
+            raise ExportError(f"The {role} '{name}' does not start with the GGUF magic bytes, so it is not a GGUF "
+                              "file (or it is corrupt); re-download it.")
+        return own_build.gguf_source(name, role)
+    if role == "drafter" and path.is_dir() and own_build.is_distilled_dir(path):
+        return own_build.distilled_source(name, target if isinstance(target, own_build.Source) else None)
+    return build.resolve_checkpoint(name, role, opts.trust_remote_code)
 
 
 def _timed(say: Progress, stage: str, what: str):
@@ -219,24 +249,18 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint, 
         raise ExportError(f"--max-context {max_ctx} is outside 16..{positions} (the target's "
                           "max_position_embeddings); pass a value in that range.")
     cache = tmp / ".cache"
-    graphs = {}
+    graphs: dict[str, Path] = {}
+    own_drafter = isinstance(d_ckpt, own_build.Source)
     for role, ckpt, q in (("target", t_ckpt, opts.target_quant), ("drafter", d_ckpt, opts.drafter_quant)):
-        level = f", accuracy_level {q.accuracy_level}" if q.accuracy_level is not None else ""
-        with _timed(say, "build", f"{role} {ckpt.architecture} -> {q.precision}{level}"):
-            bopts = build.BuildOptions(q.precision, q.accuracy_level, opts.block_size, opts.execution_provider,
-                                       max_ctx)
-            graphs[role] = build.build_graph(ckpt, tmp / role, bopts, cache)
-    shutil.rmtree(cache, ignore_errors=True)
+        if role == "drafter" and own_drafter:
+            continue  # built after VocabTrim chose its LM-head rows
+        graphs[role] = _build_role(tmp, role, ckpt, q, opts, max_ctx, cache, say)
+    if isinstance(t_ckpt, own_build.Source):
+        own_build.write_genai_config(tmp / "target", t_cfg, max_ctx)
     _fix_genai_config(tmp / "target" / "genai_config.json", max_ctx)
-    for f in ("genai_config.json",) + TOKENIZER_FILES:  # the drafter dir holds only its graph (+ id map)
-        (tmp / "drafter" / f).unlink(missing_ok=True)
 
     tok_dir = tmp / "tokenizer"
-    tok_dir.mkdir()
-    for f in TOKENIZER_FILES:
-        if (t_ckpt.path / f).is_file():
-            shutil.copy2(t_ckpt.path / f, tok_dir / f)
-    tok_spec = _tokenizer_spec(t_ckpt.path, tok_dir)
+    tok_spec = _tokenizers(t_ckpt, d_ckpt, tok_dir, cache)
 
     trim = None
     if opts.trim_vocab is not None:
@@ -248,13 +272,24 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint, 
         with _timed(say, "trim", f"drafter vocabulary ({opts.trim_vocab})"):
             keep = tuple(tok_spec.special_token_ids) + tuple(tok_spec.stop_token_ids)
             kept = vocab_trim.choose_kept(counts, opts.trim_vocab, keep, opts.trim_share)
-            before, after = vocab_trim.trim_lm_head(graphs["drafter"], kept.ids)
+            if own_drafter:  # our builder slices the LM head's rows (exact: blocks run along K)
+                graphs["drafter"] = _build_role(tmp, "drafter", d_ckpt, opts.drafter_quant, opts, max_ctx, cache,
+                                                say, kept=kept.ids)
+                before, after = own_build.head_bytes(d_ckpt)
+            else:
+                before, after = vocab_trim.trim_lm_head(graphs["drafter"], kept.ids)
             np.save(tmp / "drafter" / "id_map.npy", kept.ids)
             trim = VocabTrim(id_map="drafter/id_map.npy", kept=int(len(kept.ids)), full=int(len(counts)),
                              coverage=round(kept.coverage, 6), calibration_tokens=kept.calibration_tokens,
                              lm_head_bytes_before=int(before), lm_head_bytes_after=int(after))
         say(f"[trim] kept {trim.kept}/{trim.full} tokens covering {trim.coverage:.1%} of "
             f"{trim.calibration_tokens} target tokens; LM head {before / 1e6:.2f} MB -> {after / 1e6:.2f} MB")
+    if "drafter" not in graphs:
+        graphs["drafter"] = _build_role(tmp, "drafter", d_ckpt, opts.drafter_quant, opts, max_ctx, cache, say)
+    shutil.rmtree(cache, ignore_errors=True)
+    for f in ("genai_config.json",) + TOKENIZER_FILES:  # the drafter dir holds only its graph (+ id map)
+        (tmp / "drafter" / f).unlink(missing_ok=True)
+    shared = own_build.share_embedding(tmp / "target", tmp / "drafter", say)
 
     specs = {}
     for role, ckpt, q in (("target", t_ckpt, opts.target_quant), ("drafter", d_ckpt, opts.drafter_quant)):
@@ -269,15 +304,73 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint, 
         "speculative output may differ from plain decoding at near-ties")
     manifest = Manifest(
         target=specs["target"], drafter=specs["drafter"], tokenizer=tok_spec, vocab_trim=trim,
-        sources={"target": SourceModel(t_ckpt.name, checkpoint_sha256(t_ckpt.path)),
-                 "drafter": SourceModel(d_ckpt.name, checkpoint_sha256(d_ckpt.path))},
+        sources={"target": SourceModel(t_ckpt.name, _sha(t_ckpt)), "drafter": SourceModel(d_ckpt.name, _sha(d_ckpt))},
         created_by=f"edge-spec {__version__}", created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         notes={"export_seconds": round(time.perf_counter() - started, 2),
                "calibration_prompts": len(prompts) if trim else 0,
-               "trim_share": opts.trim_share if opts.trim_vocab == "auto" else None},
+               "trim_share": opts.trim_share if opts.trim_vocab == "auto" else None,
+               **({"shared_embedding": shared} if shared else {})},
     )
     write_manifest(tmp, manifest)
     return manifest
+
+
+def _build_role(tmp: Path, role: str, ckpt: Source, q: Quant, opts: ExportOptions, max_ctx: int, cache: Path,
+                say: Progress, kept: np.ndarray | None = None) -> Path:
+    """One graph: the ORT GenAI builder for a Hugging Face checkpoint, our own builder otherwise."""
+    level = q.accuracy_level if q.accuracy_level is not None else DEFAULT_ACCURACY[role]
+    if isinstance(ckpt, own_build.Source):
+        bits = {"int4": 4, "int8": 8, "fp32": None}.get(q.precision, -1)
+        if bits == -1:
+            raise ExportError(f"A {q.precision} {role} cannot be built from '{ckpt.name}'; use int4, int8 or fp32.")
+        what = "its own quantization" if ckpt.kind == "gguf" else f"{q.precision} layers + the target's embedding"
+        with _timed(say, "build", f"{role} {ckpt.architecture} ({ckpt.kind}) -> {what}, accuracy_level {level}"):
+            graph = own_build.build(ckpt, tmp / role, max_ctx, level, bits, opts.block_size, kept=kept,
+                                    mode=opts.gguf_mode)
+        inexact = [e for e in ckpt.report if not e["exact"]]
+        for e in inexact:
+            say(f"[exact] {role} {e['name']}: {e['gguf_type']} -> {e['onnx_op']} {e['bits']}-bit block "
+                f"{e['block']}, NOT exact (max |err| {e['max_abs_err']:.3g})")
+        say(f"[exact] {role}: {len(ckpt.report) - len(inexact)}/{len(ckpt.report)} weight tensors carried over "
+            "exactly")
+        return graph
+    lv = f", accuracy_level {q.accuracy_level}" if q.accuracy_level is not None else ""
+    with _timed(say, "build", f"{role} {ckpt.architecture} -> {q.precision}{lv}"):
+        bopts = build.BuildOptions(q.precision, q.accuracy_level, opts.block_size, opts.execution_provider,
+                                   max_ctx, lm_head=opts.lm_head)
+        return build.build_graph(ckpt, tmp / role, bopts, cache)
+
+
+def _tokenizers(t_ckpt: Source, d_ckpt: Source, tok_dir: Path, cache: Path) -> TokenizerSpec:
+    """Write the bundle's tokenizer dir (from the target) and check the drafter tokenizes the same way."""
+    tok_dir.mkdir()
+    if isinstance(t_ckpt, own_build.Source):
+        gguf_src.save_tokenizer(t_ckpt.gguf, tok_dir)
+    else:
+        for f in TOKENIZER_FILES:
+            if (t_ckpt.path / f).is_file():
+                shutil.copy2(t_ckpt.path / f, tok_dir / f)
+    d_dir: Path | None = None
+    if isinstance(d_ckpt, build.Checkpoint):
+        d_dir = d_ckpt.path
+    elif d_ckpt.kind == "gguf":
+        d_dir = cache / "drafter-tokenizer"
+        gguf_src.save_tokenizer(d_ckpt.gguf, d_dir)
+    elif (d_ckpt.path / "tokenizer.json").is_file():  # a distilled drafter shares the target's tokenizer
+        d_dir = d_ckpt.path
+    if d_dir is not None and not (isinstance(t_ckpt, build.Checkpoint) and isinstance(d_ckpt, build.Checkpoint)):
+        tokenizer_check.check_same_tokenizer(tok_dir, d_dir)
+    if isinstance(t_ckpt, build.Checkpoint):
+        return _tokenizer_spec(t_ckpt.path, tok_dir)
+    spec = _tokenizer_spec(tok_dir, tok_dir)
+    stops = tuple(sorted(set(spec.stop_token_ids) | set(gguf_src.end_of_turn_ids(t_ckpt.gguf))))
+    bos = t_ckpt.gguf.special_ids.get("bos", spec.bos_token_id)
+    return TokenizerSpec(files=spec.files, vocab_size=spec.vocab_size, bos_token_id=bos, stop_token_ids=stops,
+                         special_token_ids=spec.special_token_ids, chat=spec.chat)
+
+
+def _sha(src: Source) -> str:
+    return src.sha256 if isinstance(src, own_build.Source) else checkpoint_sha256(src.path)
 
 
 def _head_size(cfg: dict) -> int:
@@ -338,7 +431,7 @@ def _model_spec(root: Path, role: str, ckpt: build.Checkpoint, q: Quant, opts: E
     vocab = logits.type.tensor_type.shape.dim[-1].dim_value or int(cfg["vocab_size"])
     layers, kv_heads, head = int(cfg["num_hidden_layers"]), int(cfg.get("num_key_value_heads")
                                                                  or cfg["num_attention_heads"]), _head_size(cfg)
-    data = [p for p in sorted((root / role).glob("model.onnx*")) if p.name != "model.onnx"]
+    data = [p for p in sorted((root / role).iterdir()) if p.name.endswith(".data")]
     if opts.measure_memory:
         mem = measure.measure_memory(graph, max_ctx, head)
     else:
@@ -346,6 +439,13 @@ def _model_spec(root: Path, role: str, ckpt: build.Checkpoint, q: Quant, opts: E
     quant = Quantization(precision=q.precision,
                          block_size=opts.block_size if q.precision in ("int4", "int8") else None,
                          accuracy_level=q.accuracy_level, io_dtype=io_dtype)
+    tensors: list[dict[str, Any]] = []
+    if isinstance(ckpt, own_build.Source):
+        tensors = ckpt.report
+        if ckpt.kind == "gguf":  # the file's own precision, not the --quant option
+            prec, block = own_build.precision_of(tensors)
+            level = q.accuracy_level if q.accuracy_level is not None else DEFAULT_ACCURACY[role]
+            quant = Quantization(precision=prec, block_size=block, accuracy_level=level, io_dtype=io_dtype)
     genai = root / role / "genai_config.json"
     return ModelSpec(
         graph=f"{role}/model.onnx", data_files=tuple(f"{role}/{p.name}" for p in data),
@@ -360,6 +460,7 @@ def _model_spec(root: Path, role: str, ckpt: build.Checkpoint, q: Quant, opts: E
                      "past_key": "past_key_values.%d.key", "past_value": "past_key_values.%d.value"},
         output_names={"logits": "logits", "present_key": "present.%d.key", "present_value": "present.%d.value"},
         genai_config=f"{role}/genai_config.json" if genai.is_file() else None,
+        tensors=tensors,
     )
 
 

@@ -1,0 +1,171 @@
+"""Read a GGUF file: architecture, HF-style config, tokenizer, special tokens, and the tensors themselves.
+
+The tensors stay in their GGUF encoding (``gguf.ReaderTensor``); :mod:`edge_spec.export.gguf_quant`
+maps their blocks onto ONNX Runtime's quantized operators and :mod:`edge_spec.export.onnx_graph`
+builds the decoder graph from them. Nothing here dequantizes a quantized weight.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edge_spec.errors import ExportError
+
+GGUF_MAGIC = b"GGUF"
+# GGUF architecture -> (HF architecture, q/k rows permuted for GGML's interleaved rope, q/k/v bias, q/k norm)
+ARCHITECTURES: dict[str, tuple[str, bool, bool, bool]] = {
+    "llama": ("LlamaForCausalLM", True, False, False),
+    "mistral": ("MistralForCausalLM", False, False, False),
+    "qwen2": ("Qwen2ForCausalLM", False, True, False),
+    "qwen3": ("Qwen3ForCausalLM", False, False, True),
+}
+
+
+@dataclass(frozen=True)
+class GGUFModel:
+    """One GGUF file, opened. ``tensors`` maps GGUF names (``blk.0.attn_q.weight``) to reader tensors."""
+
+    name: str  # what the user passed
+    path: Path
+    gguf_arch: str  # GGUF ``general.architecture``, e.g. "llama"
+    architecture: str  # HF architecture, e.g. "LlamaForCausalLM"
+    config: dict[str, Any]  # HF-style config (num_hidden_layers, hidden_size, rope_theta, ...)
+    tensors: dict[str, Any] = field(repr=False)
+    metadata: dict[str, Any] = field(repr=False)  # scalar / string metadata fields (no token arrays)
+    permuted_qk: bool = False  # GGUF llama q/k rows are in GGML's interleaved-rope order
+    qkv_bias: bool = False
+    qk_norm: bool = False
+
+    @property
+    def special_ids(self) -> dict[str, int]:
+        """bos / eos / eot / eom / unk / pad token ids named in the GGUF metadata."""
+        out = {}
+        for key in ("bos", "eos", "eot", "eom", "unknown", "padding"):
+            v = self.metadata.get(f"tokenizer.ggml.{key}_token_id")
+            if v is not None:
+                out[key] = int(v)
+        return out
+
+
+def is_gguf(path: str | Path) -> bool:
+    """True when ``path`` is a file starting with the GGUF magic bytes."""
+    p = Path(path).expanduser()
+    try:
+        with open(p, "rb") as f:
+            return p.is_file() and f.read(4) == GGUF_MAGIC
+    except OSError:
+        return False
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _field_value(f: Any) -> Any:
+    try:
+        return f.contents()
+    except Exception:  # an odd type the reader cannot decode: not something we need
+        return None
+
+
+def read_gguf(name: str, role: str) -> GGUFModel:
+    """Open ``name`` (a .gguf file) and describe it; one-sentence :class:`ExportError` when it cannot be used."""
+    import gguf
+
+    path = Path(name).expanduser()
+    try:
+        reader = gguf.GGUFReader(str(path), "r")
+    except Exception as exc:
+        raise ExportError(f"The {role} '{name}' is not a readable GGUF file ({str(exc).splitlines()[0][:120]}); "
+                          "check the file is complete (compare its sha256) or re-download it.") from None
+    meta = {k: _field_value(f) for k, f in reader.fields.items()
+            if not k.startswith(("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type",
+                                 "tokenizer.ggml.scores"))}
+    arch = str(meta.get("general.architecture") or "(none)")
+    if arch not in ARCHITECTURES:
+        raise ExportError(f"The {role} GGUF architecture '{arch}' is not supported by edge-spec's GGUF exporter; "
+                          f"use one of: {', '.join(ARCHITECTURES)}.")
+    hf_arch, permuted, bias, qk_norm = ARCHITECTURES[arch]
+    tensors = {t.name: t for t in reader.tensors}
+    config = _config(arch, meta, tensors, role, name)
+    config["architectures"] = [hf_arch]
+    return GGUFModel(name=name, path=path, gguf_arch=arch, architecture=hf_arch, config=config, tensors=tensors,
+                     metadata=meta, permuted_qk=permuted, qkv_bias=bias, qk_norm=qk_norm)
+
+
+def _config(arch: str, meta: dict[str, Any], tensors: dict[str, Any], role: str, name: str) -> dict[str, Any]:
+    """GGUF hyperparameters -> HF config keys, through transformers' own GGUF mapping."""
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+
+    cfg: dict[str, Any] = {"model_type": arch}
+    for key, hf_key in GGUF_CONFIG_MAPPING.get(arch, {}).items():
+        v = meta.get(f"{arch}.{key}")
+        if hf_key is not None and v is not None:
+            cfg[hf_key] = v
+    for need in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size"):
+        if need not in cfg:
+            raise ExportError(f"The {role} GGUF '{name}' has no '{arch}' hyperparameter for {need}; the file is "
+                              "incomplete or was written by a converter edge-spec does not know.")
+    cfg.setdefault("num_key_value_heads", cfg["num_attention_heads"])
+    cfg.setdefault("rms_norm_eps", 1e-6)
+    cfg.setdefault("rope_theta", 10000.0)
+    key_len = meta.get(f"{arch}.attention.key_length")
+    cfg["head_dim"] = int(key_len or cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
+    if "vocab_size" not in cfg:
+        cfg["vocab_size"] = int(tensors["token_embd.weight"].shape[-1])
+    cfg.setdefault("max_position_embeddings", 4096)
+    cfg["tie_word_embeddings"] = "output.weight" not in tensors
+    scaling = meta.get(f"{arch}.rope.scaling.type")
+    if scaling not in (None, "none", "linear"):
+        raise ExportError(f"The {role} GGUF uses '{scaling}' rope scaling, which edge-spec's GGUF exporter does "
+                          "not support yet; use a model with plain or linear rope scaling.")
+    if scaling == "linear":
+        cfg["rope_scaling"] = {"rope_type": "linear", "factor": float(meta.get(f"{arch}.rope.scaling.factor", 1.0))}
+    for key in ("bos", "eos"):
+        v = meta.get(f"tokenizer.ggml.{key}_token_id")
+        if v is not None:
+            cfg[f"{key}_token_id"] = int(v)
+    for k in ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+              "intermediate_size", "max_position_embeddings", "vocab_size"):
+        cfg[k] = int(cfg[k])
+    cfg["rope_theta"], cfg["rms_norm_eps"] = float(cfg["rope_theta"]), float(cfg["rms_norm_eps"])
+    return cfg
+
+
+def save_tokenizer(model: GGUFModel, out_dir: Path) -> None:
+    """Write the GGUF's tokenizer as tokenizer.json + tokenizer_config.json (+ chat template) into ``out_dir``."""
+    from transformers import AutoTokenizer
+
+    quiet = logging.getLogger("transformers")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        tok = AutoTokenizer.from_pretrained(str(model.path.parent), gguf_file=model.path.name)
+    except Exception as exc:
+        raise ExportError(f"transformers cannot read the tokenizer in the GGUF '{model.name}' "
+                          f"({str(exc).splitlines()[0][:120] if str(exc) else exc.__class__.__name__}); the file's "
+                          "tokenizer metadata is missing or of an unsupported kind.") from None
+    finally:
+        quiet.setLevel(level)
+    template = model.metadata.get("tokenizer.chat_template")
+    if template and not getattr(tok, "chat_template", None):
+        tok.chat_template = str(template)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tok.save_pretrained(str(out_dir))
+    if not (out_dir / "tokenizer.json").is_file():
+        raise ExportError(f"The tokenizer of the GGUF '{model.name}' has no fast (tokenizer.json) form; edge-spec "
+                          "needs a fast tokenizer.")
+
+
+def end_of_turn_ids(model: GGUFModel) -> tuple[int, ...]:
+    """EOS / end-of-turn / end-of-message ids from the GGUF metadata (generation stops on them)."""
+    ids = model.special_ids
+    return tuple(sorted({ids[k] for k in ("eos", "eot", "eom") if k in ids}))

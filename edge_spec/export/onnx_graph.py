@@ -1,0 +1,344 @@
+"""Our own ONNX decoder graph, built from weights that are already quantized (or float).
+
+The graph has exactly the interface of the ORT GenAI builder graphs the runtime drives
+(``input_ids`` [1, k] int64, ``attention_mask`` [1, n + k] int64, ``past_key_values.%d.key/.value``
+[1, kv_heads, max_len, head] fp32 bound to ``present.%d.*`` as one buffer, ``logits`` [1, k, vocab]
+fp32) and the same fused operators (com.microsoft, ONNX Runtime CPU): SimplifiedLayerNormalization /
+SkipSimplifiedLayerNormalization, MatMulNBits, GroupQueryAttention with rotary embedding.
+
+Weights come in as ``gguf_quant.QuantWeight`` (MatMulNBits layout, taken over as is, so the graph
+dequantizes to exactly the source's values) or as float arrays ``[N, K]`` (HF ``[out, in]``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+Weight = Any  # gguf_quant.QuantWeight | np.ndarray float [N, K]
+
+
+def is_quant(w: Weight) -> bool:
+    return hasattr(w, "packed") and hasattr(w, "scales")
+
+
+@dataclass
+class Layer:
+    """One decoder layer. Linear weights are [N out, K in]; norms are [hidden] (q/k norms [head])."""
+
+    q: Weight
+    k: Weight
+    v: Weight
+    o: Weight
+    gate: Weight
+    up: Weight
+    down: Weight
+    attn_norm: np.ndarray
+    ffn_norm: np.ndarray
+    q_bias: np.ndarray | None = None
+    k_bias: np.ndarray | None = None
+    v_bias: np.ndarray | None = None
+    q_norm: np.ndarray | None = None
+    k_norm: np.ndarray | None = None
+
+
+@dataclass
+class Decoder:
+    """``embed`` [vocab, hidden] (an 8-bit symmetric QuantWeight is gathered and dequantized in the graph;
+    when ``lm_head is embed`` the head reads the same initializer), ``lm_head`` [vocab_out, hidden]."""
+
+    embed: Weight
+    layers: list[Layer]
+    final_norm: np.ndarray
+    lm_head: Weight
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    rms_eps: float
+    rope_theta: float
+    max_context: int  # positions of the cos/sin caches (>= the KV buffer's length)
+    accuracy_level: int = 4
+    rope_factors: tuple[float, ...] | None = None  # per-frequency divisors (GGUF rope_freqs, Llama 3)
+    rope_linear: float = 1.0  # linear rope scaling factor
+
+
+def take_rows(w: Weight, idx: np.ndarray) -> Weight:
+    """Rows ``idx`` of a [N, K] weight (output channels); exact for quantized weights, blocks run along K."""
+    idx = np.asarray(idx, dtype=np.int64)
+    if not is_quant(w):
+        return np.ascontiguousarray(w[idx])
+    zp = w.zero_points
+    if zp is not None:
+        zp = np.ascontiguousarray(zp.reshape(w.n, -1)[idx].reshape(-1))
+    return dataclasses.replace(w, n=len(idx), packed=np.ascontiguousarray(w.packed[idx]),
+                               scales=np.ascontiguousarray(w.scales.reshape(w.n, -1)[idx].reshape(-1)),
+                               zero_points=zp)
+
+
+def unpermute_qk(w: Weight, n_heads: int) -> Weight:
+    """Undo llama.cpp's q/k row permutation (interleaved-rope order -> HF's half-split order)."""
+    n = w.n if is_quant(w) else w.shape[0]
+    idx = np.arange(n).reshape(n_heads, n // n_heads // 2, 2).transpose(0, 2, 1).reshape(-1)
+    return take_rows(w, idx)
+
+
+def unpermute_vec(b: np.ndarray, n_heads: int) -> np.ndarray:
+    n = b.shape[0]
+    return np.ascontiguousarray(b.reshape(n_heads, n // n_heads // 2, 2).transpose(0, 2, 1).reshape(-1))
+
+
+def concat_rows(ws: list[Weight]) -> Weight | None:
+    """Stack weights along N (q, k, v -> qkv) when they share one encoding; None when they do not."""
+    if all(not is_quant(w) for w in ws):
+        return np.concatenate([np.asarray(w, dtype=np.float32) for w in ws], axis=0)
+    if not all(is_quant(w) for w in ws):
+        return None
+    a = ws[0]
+    kinds = {(w.bits, w.block_size, w.k, None if w.zero_points is None else w.zero_points.dtype.str) for w in ws}
+    if len(kinds) != 1:
+        return None
+    zp = None if a.zero_points is None else np.concatenate([w.zero_points.reshape(-1) for w in ws])
+    return dataclasses.replace(a, n=sum(w.n for w in ws), packed=np.concatenate([w.packed for w in ws]),
+                               scales=np.concatenate([w.scales.reshape(-1) for w in ws]), zero_points=zp,
+                               exact=all(w.exact for w in ws), max_abs_err=max(w.max_abs_err for w in ws),
+                               source_type="+".join(sorted({w.source_type for w in ws})))
+
+
+def rope_caches(spec: GraphSpec) -> tuple[np.ndarray, np.ndarray]:
+    """cos/sin caches [max_context, head_dim / 2], float32, computed like transformers (float32 inv_freq)."""
+    d = spec.head_dim
+    inv = (1.0 / (np.float32(spec.rope_theta) ** (np.arange(0, d, 2, dtype=np.float32) / np.float32(d))))
+    inv = inv.astype(np.float32)
+    if spec.rope_factors is not None:
+        inv = (inv / np.asarray(spec.rope_factors, dtype=np.float32)).astype(np.float32)
+    if spec.rope_linear != 1.0:
+        inv = (inv / np.float32(spec.rope_linear)).astype(np.float32)
+    t = np.arange(spec.max_context, dtype=np.float32)
+    freqs = np.outer(t, inv).astype(np.float32)
+    return np.cos(freqs).astype(np.float32), np.sin(freqs).astype(np.float32)
+
+
+class _G:
+    """A small graph writer: nodes, initializers, unique names."""
+
+    def __init__(self) -> None:
+        self.nodes: list[Any] = []
+        self.inits: list[Any] = []
+        self._names: set[str] = set()
+
+    def init(self, name: str, arr: np.ndarray) -> str:
+        from onnx import numpy_helper
+
+        if name not in self._names:
+            self._names.add(name)
+            self.inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+        return name
+
+    def node(self, op: str, inputs: list[str], name: str, n_out: int = 1, domain: str = "", outputs=None,
+             **attrs: Any) -> list[str]:
+        from onnx import helper
+
+        outs = outputs or [f"{name}/output_{i}" for i in range(n_out)]
+        self.nodes.append(helper.make_node(op, inputs, outs, name=name, domain=domain or None, **attrs))
+        return outs
+
+
+def _linear(g: _G, x: str, w: Weight, name: str, level: int) -> str:
+    """y = x @ W^T for W [N, K]: MatMulNBits for a QuantWeight, MatMul otherwise."""
+    if is_quant(w):
+        ins = [x, g.init(f"{name}.qweight", w.packed), g.init(f"{name}.scales", w.scales.reshape(-1))]
+        if w.zero_points is not None:
+            ins.append(g.init(f"{name}.zero_points", w.zero_points.reshape(-1)))
+        return g.node("MatMulNBits", ins, name, domain="com.microsoft", K=w.k, N=w.n, bits=w.bits,
+                      block_size=w.block_size, accuracy_level=level)[0]
+    wt = np.ascontiguousarray(np.asarray(w, dtype=np.float32).T)  # [K, N]
+    return g.node("MatMul", [x, g.init(f"{name}.weight", wt)], name)[0]
+
+
+def _embedding(g: _G, dec: Decoder) -> str:
+    e = dec.embed
+    if getattr(e, "op", None) == "GatherBlockQuantized":  # gguf_quant.GatherWeight, integer zero points
+        ins = ["embed.qdata", "input_ids", "embed.scales"]
+        g.init("embed.qdata", e.packed)  # [V, K * bits / 8] uint8
+        g.init("embed.scales", e.scales.reshape(e.n, -1))  # [V, nb]
+        if e.zero_points is not None:
+            ins.append(g.init("embed.zero_points", e.zero_points))
+        return g.node("GatherBlockQuantized", ins, "/embed/GatherBlockQuantized", domain="com.microsoft",
+                      gather_axis=0, quantize_axis=1, block_size=e.block_size, bits=e.bits)[0]
+    if is_quant(e):
+        if e.bits != 8 or e.zero_points is not None:
+            raise ValueError("the in-graph embedding dequantization handles 8-bit symmetric weights only")
+        q = g.init("embed.blocks", e.packed)  # [V, nb, bs] uint8; a tied LM head reads the same tensors
+        nb = e.k // e.block_size
+        s = g.init("embed.scales", e.scales.reshape(e.n, nb))  # [V, nb]
+        rows = g.node("Gather", [q, "input_ids"], "/embed/GatherQ")[0]  # [1, S, nb, bs]
+        f = g.node("Cast", [rows], "/embed/Cast", to=1)[0]
+        c = g.init("embed.zero_point", np.array(128.0, dtype=np.float32))
+        centered = g.node("Sub", [f, c], "/embed/Sub")[0]
+        sc = g.node("Gather", [s, "input_ids"], "/embed/GatherS")[0]  # [1, S, nb]
+        sc = g.node("Unsqueeze", [sc, g.init("axes_last", np.array([-1], dtype=np.int64))], "/embed/Unsq")[0]
+        deq = g.node("Mul", [centered, sc], "/embed/Mul")[0]  # [1, S, nb, bs]: (q - 128) * d, as GGML
+        shape = g.init("embed.shape", np.array([0, 0, e.k], dtype=np.int64))
+        return g.node("Reshape", [deq, shape], "/embed/Reshape")[0]
+    arr = np.asarray(e)
+    if arr.dtype == np.float16:  # keep fp16 on disk; the cast to fp32 is exact
+        rows = g.node("Gather", [g.init("embed.weight", arr), "input_ids"], "/embed/Gather")[0]
+        return g.node("Cast", [rows], "/embed/Cast", to=1)[0]
+    return g.node("Gather", [g.init("embed.weight", arr.astype(np.float32)), "input_ids"], "/embed/Gather")[0]
+
+
+def _lm_head(g: _G, x: str, dec: Decoder, level: int) -> str:
+    w = dec.lm_head
+    if w is dec.embed and is_quant(w) and not hasattr(w, "op"):  # tied: the embedding's own blocks
+        return g.node("MatMulNBits", [x, "embed.blocks", "embed.scales"], "/lm_head/MatMulNBits", outputs=["logits"],
+                      domain="com.microsoft", K=w.k, N=w.n, bits=w.bits, block_size=w.block_size,
+                      accuracy_level=level)[0]
+    if is_quant(w):
+        ins = [x, g.init("lm_head.qweight", w.packed), g.init("lm_head.scales", w.scales.reshape(-1))]
+        if w.zero_points is not None:
+            ins.append(g.init("lm_head.zero_points", w.zero_points.reshape(-1)))
+        return g.node("MatMulNBits", ins, "/lm_head/MatMulNBits", outputs=["logits"], domain="com.microsoft",
+                      K=w.k, N=w.n, bits=w.bits, block_size=w.block_size, accuracy_level=level)[0]
+    wt = np.ascontiguousarray(np.asarray(w, dtype=np.float32).T)
+    return g.node("MatMul", [x, g.init("lm_head.weight", wt)], "/lm_head/MatMul", outputs=["logits"])[0]
+
+
+def _head_norm(g: _G, x: str, w: np.ndarray, heads: int, spec: GraphSpec, name: str) -> str:
+    """RMSNorm over each head's vector (Qwen3 q/k norm): [1, S, H*d] -> [1, S, H, d] -> norm -> back."""
+    split = g.init(f"{name}.shape4", np.array([0, 0, heads, spec.head_dim], dtype=np.int64))
+    flat = g.init(f"{name}.shape3", np.array([0, 0, heads * spec.head_dim], dtype=np.int64))
+    x4 = g.node("Reshape", [x, split], f"{name}/Reshape4")[0]
+    n = g.node("SimplifiedLayerNormalization", [x4, g.init(f"{name}.weight", w.astype(np.float32))], name,
+               epsilon=spec.rms_eps, axis=-1, stash_type=1)[0]
+    return g.node("Reshape", [n, flat], f"{name}/Reshape3")[0]
+
+
+def _attention(g: _G, x: str, i: int, L: Layer, spec: GraphSpec, seqlens: str, total: str) -> str:
+    p = f"/model/layers.{i}/attn"
+    lvl = spec.accuracy_level
+    biases = [L.q_bias, L.k_bias, L.v_bias]
+    fused = concat_rows([L.q, L.k, L.v]) if L.q_norm is None else None
+    if fused is not None:
+        qkv = _linear(g, x, fused, f"{p}/qkv_proj", lvl)
+        if any(b is not None for b in biases):
+            dims = (spec.heads * spec.head_dim, spec.kv_heads * spec.head_dim, spec.kv_heads * spec.head_dim)
+            bias = np.concatenate([np.zeros(d, np.float32) if b is None else b.astype(np.float32)
+                                   for b, d in zip(biases, dims)])
+            qkv = g.node("Add", [qkv, g.init(f"{p}/qkv_proj.bias", bias)], f"{p}/qkv_proj/Add")[0]
+        qkv_in = [qkv, "", ""]
+    else:
+        outs = []
+        for nm, w, b in (("q_proj", L.q, L.q_bias), ("k_proj", L.k, L.k_bias), ("v_proj", L.v, L.v_bias)):
+            y = _linear(g, x, w, f"{p}/{nm}", lvl)
+            if b is not None:
+                y = g.node("Add", [y, g.init(f"{p}/{nm}.bias", b.astype(np.float32))], f"{p}/{nm}/Add")[0]
+            outs.append(y)
+        if L.q_norm is not None:
+            outs[0] = _head_norm(g, outs[0], L.q_norm, spec.heads, spec, f"{p}/q_norm")
+            outs[1] = _head_norm(g, outs[1], L.k_norm, spec.kv_heads, spec, f"{p}/k_norm")
+        qkv_in = outs
+    att = g.node("GroupQueryAttention",
+                 [*qkv_in, f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens, total,
+                  "cos_cache", "sin_cache"], f"{p}/GroupQueryAttention", domain="com.microsoft",
+                 outputs=[f"{p}/GroupQueryAttention/output_0", f"present.{i}.key", f"present.{i}.value"],
+                 num_heads=spec.heads, kv_num_heads=spec.kv_heads, scale=float(1.0 / np.sqrt(spec.head_dim)),
+                 do_rotary=1, rotary_interleaved=0, local_window_size=-1, softcap=0.0)[0]
+    return _linear(g, att, L.o, f"{p}/o_proj", lvl)
+
+
+def _mlp(g: _G, x: str, i: int, L: Layer, spec: GraphSpec) -> str:
+    p = f"/model/layers.{i}/mlp"
+    gate = _linear(g, x, L.gate, f"{p}/gate_proj", spec.accuracy_level)
+    up = _linear(g, x, L.up, f"{p}/up_proj", spec.accuracy_level)
+    sig = g.node("Sigmoid", [gate], f"{p}/act_fn/Sigmoid")[0]
+    act = g.node("Mul", [gate, sig], f"{p}/act_fn/Mul")[0]
+    h = g.node("Mul", [act, up], f"{p}/Mul")[0]
+    return _linear(g, h, L.down, f"{p}/down_proj", spec.accuracy_level)
+
+
+EMBED_DATA = "embed.data"  # the embedding's own external-data file (identical bytes in target and drafter)
+
+
+def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
+    """Write ``out_path`` (model.onnx) and its external data ``model.onnx.data``; returns ``out_path``.
+
+    The embedding's tensors (``embed.*``) go to their own file, :data:`EMBED_DATA`, so that two graphs
+    built on the same embedding hold byte-identical files the exporter can store once."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = _G()
+    cos, sin = rope_caches(spec)
+    g.init("cos_cache", cos)
+    g.init("sin_cache", sin)
+    one = g.init("one_i64", np.array([1], dtype=np.int64))
+    total_sum = g.node("ReduceSum", ["attention_mask", one], "/mask/ReduceSum", keepdims=0)[0]
+    seqlens = g.node("Cast", [g.node("Sub", [total_sum, one], "/mask/Sub")[0]], "/mask/Cast", to=6)[0]
+    shape = g.node("Shape", ["attention_mask"], "/mask/Shape")[0]
+    total = g.node("Gather", [shape, g.init("one_scalar", np.array(1, dtype=np.int64))], "/mask/Gather", axis=0)[0]
+    total = g.node("Cast", [total], "/mask/Gather/Cast", to=6)[0]
+
+    h = _embedding(g, dec)
+    residual, prev_out = h, None
+    eps = float(spec.rms_eps)
+    for i, L in enumerate(dec.layers):
+        p = f"/model/layers.{i}"
+        w_in = g.init(f"model.layers.{i}.input_layernorm.weight", L.attn_norm.astype(np.float32))
+        if prev_out is None:
+            x = g.node("SimplifiedLayerNormalization", [residual, w_in], f"{p}/input_layernorm", epsilon=eps,
+                       axis=-1, stash_type=1)[0]
+        else:
+            x, _, _, residual = g.node("SkipSimplifiedLayerNormalization", [residual, prev_out, w_in],
+                                       f"{p}/input_layernorm", n_out=4, domain="com.microsoft", epsilon=eps)
+        a = _attention(g, x, i, L, spec, seqlens, total)
+        w_post = g.init(f"model.layers.{i}.post_attention_layernorm.weight", L.ffn_norm.astype(np.float32))
+        x, _, _, residual = g.node("SkipSimplifiedLayerNormalization", [residual, a, w_post],
+                                   f"{p}/post_attention_layernorm", n_out=4, domain="com.microsoft", epsilon=eps)
+        prev_out = _mlp(g, x, i, L, spec)
+    w_f = g.init("model.norm.weight", dec.final_norm.astype(np.float32))
+    x = g.node("SkipSimplifiedLayerNormalization", [residual, prev_out, w_f], "/model/norm", n_out=4,
+               domain="com.microsoft", epsilon=eps)[0]
+    _lm_head(g, x, dec, spec.accuracy_level)
+    vocab_out = dec.lm_head.n if is_quant(dec.lm_head) else np.asarray(dec.lm_head).shape[0]
+
+    f32, i64 = TensorProto.FLOAT, TensorProto.INT64
+    n_layers = len(dec.layers)
+    past = ["batch_size", spec.kv_heads, "past_sequence_length", spec.head_dim]
+    pres = ["batch_size", spec.kv_heads, "total_sequence_length", spec.head_dim]
+    inputs = [helper.make_tensor_value_info("input_ids", i64, ["batch_size", "sequence_length"]),
+              helper.make_tensor_value_info("attention_mask", i64, ["batch_size", "total_sequence_length"])]
+    outputs = [helper.make_tensor_value_info("logits", f32, ["batch_size", "sequence_length", int(vocab_out)])]
+    for kind in ("key", "value"):
+        inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{kind}", f32, past) for i in range(n_layers)]
+        outputs += [helper.make_tensor_value_info(f"present.{i}.{kind}", f32, pres) for i in range(n_layers)]
+    graph = helper.make_graph(g.nodes, "edge_spec_decoder", inputs, outputs, g.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
+                                                    helper.make_opsetid("com.microsoft", 1)],
+                              producer_name="edge-spec")
+    model.ir_version = 10
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    from onnx.external_data_helper import convert_model_to_external_data, set_external_data
+
+    data = out_path.with_name(out_path.name + ".data")
+    for f in (data, out_path.with_name(EMBED_DATA)):
+        f.unlink(missing_ok=True)  # onnx appends to an existing external-data file
+    convert_model_to_external_data(model, all_tensors_to_one_file=True, location=data.name, size_threshold=1024)
+    for t in model.graph.initializer:
+        if t.name.startswith("embed.") and t.data_location == TensorProto.EXTERNAL:
+            set_external_data(t, location=EMBED_DATA)
+    onnx.save_model(model, str(out_path))
+    mask = os.umask(0)
+    os.umask(mask)
+    for f in out_path.parent.glob("*.data"):  # onnx creates external data 0600; a bundle is meant to be shared
+        f.chmod(0o666 & ~mask)
+    return out_path
