@@ -49,6 +49,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import dataclasses
+    import shlex
+    import sys
     import time
 
     from edge_spec.distill import DistillConfig, distill
@@ -59,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         args.minutes = 60.0  # a budget the user can see in --help beats an unbounded run
     cfg = DistillConfig(target=args.target, out=args.out, minutes=args.minutes, prompts_file=args.prompts,
                         device=args.device, seed=args.seed, layers=args.layers, threads=args.threads,
-                        data_only=args.data_only,
+                        data_only=args.data_only, command="edge-spec " + shlex.join(sys.argv[1:]),
                         data=dataclasses.replace(DataConfig(), batch=args.batch, max_jobs=args.data_jobs),
                         train=dataclasses.replace(TrainConfig(), steps=args.steps))
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from edge_spec.distill.card import render_card
 from edge_spec.distill.data import DataConfig, generate_data, load_sequences
 from edge_spec.distill.drafter import build_drafter, save_drafter, spread_layers
 from edge_spec.distill.prompts import read_prompt_file
@@ -33,6 +34,7 @@ class DistillConfig:
     layers_from: tuple[int, ...] | None = None  # target layers to start from; default: evenly spaced
     threads: int | None = None
     data_only: bool = False
+    command: str | None = None  # how this run was started, for the model card
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
@@ -120,6 +122,7 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
                                     "target_layers": n_target, "seed": cfg.seed,
                                     "heldout": result["final"]})
     (cfg.out / "training.json").write_text(json.dumps(report, indent=2) + "\n")
+    (cfg.out / "MODEL_CARD.md").write_text(render_card(report, cfg.command))
     log(f"saved drafter to {cfg.out} (held-out greedy agreement {result['final']['greedy_agreement']:.3f}, "
         f"T=0.7 expected acceptance {result['final']['accept_t07']:.3f})")
     return report
