@@ -154,3 +154,11 @@ def test_spread_layers_keeps_first_and_last():
     assert spread_layers(30, 1) == [29]
     assert spread_layers(30, 2) == [0, 29]
     assert spread_layers(30, 3) == [0, 14, 29] or spread_layers(30, 3) == [0, 15, 29]
+
+
+def test_cli_reports_a_missing_target_in_one_sentence(tmp_path, capsys):
+    from edge_spec.cli import main
+
+    assert main(["distill", "--target", str(tmp_path / "nope.gguf"), "--out", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("edge-spec: error: --target") and "does not exist" in err and "\n" not in err
