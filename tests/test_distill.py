@@ -43,7 +43,8 @@ def tiny_target(tmp_path_factory) -> Path:
 
 def _config(target: Path, out: Path, steps: int = 4, **kw) -> DistillConfig:
     return DistillConfig(target=target, out=out, seed=3, threads=1,
-                         data=DataConfig(batch=6, self_instruct=6, max_jobs=5, max_new_tokens=12, heldout_percent=30),
+                         data=DataConfig(batch=6, self_instruct=6, max_jobs=5, max_new_tokens=12, heldout_percent=30,
+                                         eval_prompts=4),
                          train=TrainConfig(steps=steps, batch_seqs=4, eval_every=2, **kw))
 
 
@@ -84,6 +85,12 @@ def test_data_has_teacher_topk_consistent_with_the_answers(tiny_target, tmp_path
     assert shards[0].startswith("si_") and any(s.startswith("gen_00003") for s in shards)  # self-instruct, follow-up
     train, held = load_sequences([tmp_path / "d" / "data" / s for s in shards])
     assert train and held
+    evals = [load_sequences([tmp_path / "d" / "data" / f"eval_0000{j}.npz"]) for j in (0, 1)]
+    assert [len(e[0]) for e in evals] == [0, 0] and [len(e[1]) for e in evals] == [4, 4]
+    assert {s.temp for s in evals[0][1]} == {0.0} and {s.temp for s in evals[1][1]} == {0.7}
+    assert [s.ids[:s.prompt_len].tolist() for s in evals[0][1]] == [s.ids[:s.prompt_len].tolist() for s in evals[1][1]]
+    train_prompts = {tuple(s.ids[:s.prompt_len]) for s in train}
+    assert not any(tuple(s.ids[:s.prompt_len]) in train_prompts for s in evals[0][1])
     for s in train + held:
         n = len(s.ids) - s.prompt_len
         assert s.topk_ids.shape == (n, 32) and s.lse.shape == (n, 2)

@@ -54,6 +54,7 @@ class DataConfig:
     self_instruct_tokens: int = 40
     max_jobs: int | None = None
     extra_prompts: tuple[str, ...] = ()
+    eval_prompts: int = 48  # held-out prompts answered at T=0 and at T=0.7 for the evaluation shards
 
 
 @torch.no_grad()
@@ -171,7 +172,6 @@ def generate_data(target: Target, cfg: DataConfig, data_dir: Path, seconds: floa
     requests = P.self_instruct_requests()
     random.Random(cfg.seed).shuffle(requests)
     requests = requests[: cfg.self_instruct]
-    new_prompts: list[str] = []
     for j, i in enumerate(range(0, len(requests), cfg.batch)):
         path = data_dir / f"si_{j:05d}.npz"
         if not path.exists():
@@ -182,13 +182,8 @@ def generate_data(target: Target, cfg: DataConfig, data_dir: Path, seconds: floa
             spent += last[0]
             log(f"data: {path.name} written ({spent:.0f}s of generation so far)")
         shards.append(path)
-        for conv in json.loads(path.with_suffix(".json").read_text())["conversations"]:
-            q = P.clean_self_instruct(conv["answer"])
-            if q:
-                new_prompts.append(q)
     # 2. the pool: built-in + user + self-instruct prompts, one deterministic order.
-    pool = list(dict.fromkeys(P.builtin_prompts() + list(cfg.extra_prompts) + new_prompts))
-    random.Random(cfg.seed + 1).shuffle(pool)
+    pool = _pool(cfg, data_dir)
     cursor, j = 0, 0
     while not out_of_budget() and cursor < len(pool):
         path = data_dir / f"gen_{j:05d}.npz"
@@ -210,6 +205,38 @@ def generate_data(target: Target, cfg: DataConfig, data_dir: Path, seconds: floa
         j += 1
     done_file.write_text(json.dumps({"shards": [p.name for p in shards], "seconds": round(spent, 1)}) + "\n")
     return shards
+
+
+def _pool(cfg: DataConfig, data_dir: Path) -> list[str]:
+    """The prompt pool in its deterministic order (needs the self-instruct shards already written)."""
+    new_prompts: list[str] = []
+    for path in sorted(data_dir.glob("si_*.json")):
+        for conv in json.loads(path.read_text())["conversations"]:
+            q = P.clean_self_instruct(conv["answer"])
+            if q:
+                new_prompts.append(q)
+    pool = list(dict.fromkeys(P.builtin_prompts() + list(cfg.extra_prompts) + new_prompts))
+    random.Random(cfg.seed + 1).shuffle(pool)
+    return pool
+
+
+def generate_eval(target: Target, cfg: DataConfig, data_dir: Path, log: Callable[[str], None] = print) -> list[Path]:
+    """Evaluation shards: ``cfg.eval_prompts`` held-out prompts answered at T=0 and at T=0.7.
+
+    Taken from the END of the pool, which the training jobs (reading from its start) have not reached, so
+    the held-out measurement does not hang on the few held-out prompts a short run happens to meet."""
+    if cfg.eval_prompts <= 0:
+        return []
+    held = [t for t in reversed(_pool(cfg, data_dir)) if P.is_heldout(t, cfg.heldout_percent)][: cfg.eval_prompts]
+    paths = []
+    for j, temp in enumerate((0.0, EVAL_TEMPERATURE)):
+        path = data_dir / f"eval_{j:05d}.npz"
+        if not path.exists():
+            convs = [{"messages": [{"role": "user", "content": t}], "heldout": True} for t in held]
+            sec = _run_job(target, cfg, path, convs, temp, cfg.max_new_tokens, cfg.seed * 1000003 + 7919 * j + 3)
+            log(f"data: {path.name} (T={temp}, {len(convs)} held-out prompts) written in {sec:.0f}s")
+        paths.append(path)
+    return paths
 
 
 @dataclass
@@ -234,7 +261,7 @@ def load_sequences(shards: list[Path]) -> tuple[list[Sequence], list[Sequence]]:
             ids = z["tokens"][off[i]:off[i + 1]]
             pl = int(z["prompt_len"][i])
             n = len(ids) - pl
-            seq = Sequence(ids, pl, float(z["temp"][i]), z["topk_ids"][r:r + n], z["topk_logits"][r:r + n],
+            seq = Sequence(ids, pl, round(float(z["temp"][i]), 4), z["topk_ids"][r:r + n], z["topk_logits"][r:r + n],
                            z["lse"][r:r + n])
             r += n
             if n > 0:

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from edge_spec.distill.card import render_card
-from edge_spec.distill.data import DataConfig, generate_data, load_sequences
+from edge_spec.distill.data import DataConfig, generate_data, generate_eval, load_sequences, shard_seconds
 from edge_spec.distill.drafter import build_drafter, save_drafter, spread_layers
 from edge_spec.distill.prompts import read_prompt_file
 from edge_spec.distill.target import load_target
@@ -79,7 +79,8 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
     if any(not 0 <= i < n_target for i in layers_from):
         raise EdgeSpecError(f"layers_from {layers_from} names a layer the target lacks; use 0 to {n_target - 1}.")
     meta = {"target_sha256": target.sha256, "seed": cfg.seed, "layers_from": layers_from,
-            "data": {k: v for k, v in asdict(data_cfg).items() if k not in ("extra_prompts", "max_jobs")},
+            "data": {k: v for k, v in asdict(data_cfg).items()
+                     if k not in ("extra_prompts", "max_jobs", "eval_prompts")},  # these do not change the shards
             "extra_prompts": len(data_cfg.extra_prompts)}
     _check_out(cfg.out, meta)
     log(f"target: {n_target} layers, hidden {target.model.config.hidden_size}, sha256 {target.sha256[:16]}; "
@@ -87,7 +88,8 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
 
     data_budget = cfg.minutes * 60 * cfg.data_share if cfg.minutes else None
     shards = generate_data(target, data_cfg, cfg.out / "data", data_budget, log)
-    data_seconds = json.loads((cfg.out / "data" / "done.json").read_text())["seconds"]
+    shards += generate_eval(target, data_cfg, cfg.out / "data", log)
+    data_seconds = shard_seconds(cfg.out / "data")
     train_seqs, held_seqs = load_sequences(shards)
     if not train_seqs or not held_seqs:
         raise EdgeSpecError(f"The generated data in '{cfg.out / 'data'}' has {len(train_seqs)} training and "
