@@ -169,3 +169,21 @@ def test_cli_reports_a_missing_target_in_one_sentence(tmp_path, capsys):
     assert main(["distill", "--target", str(tmp_path / "nope.gguf"), "--out", str(tmp_path / "d")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("edge-spec: error: --target") and "does not exist" in err and "\n" not in err
+
+
+def test_time_budget_sets_the_step_count(tiny_target, tmp_path):
+    from edge_spec.distill.drafter import build_drafter
+    from edge_spec.distill.train import train
+
+    out = tmp_path / "t"
+    distill(DistillConfig(target=tiny_target, out=out, threads=1, data_only=True,
+                          data=DataConfig(batch=6, self_instruct=6, max_jobs=3, max_new_tokens=8, heldout_percent=30,
+                                          eval_prompts=2)), _quiet)
+    shards = sorted((out / "data").glob("*.npz"))
+    train_seqs, held = load_sequences(shards)
+    drafter = build_drafter(load_target(tiny_target).model, [0, 3])
+    lines: list[str] = []
+    result = train(drafter, train_seqs, held, TrainConfig(batch_seqs=4, eval_every=5), out / "ckpt", 4.0,
+                   lines.append)
+    assert any(" s/step -> " in m for m in lines)
+    assert result["steps"] >= 4 and result["history"][-1]["step"] == result["steps"]

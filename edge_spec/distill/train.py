@@ -37,12 +37,12 @@ class TrainConfig:
 
     seed: int = 0
     steps: int | None = None
-    batch_seqs: int = 16
+    batch_seqs: int = 8
     max_len: int = 512
     lr: float = 5e-4
     warmup: int = 10
     ce_weight: float = 0.0
-    eval_every: int = 25
+    eval_every: int = 50
     checkpoint_seconds: float = 300.0
     eval_batch: int = 16
 
@@ -150,9 +150,11 @@ def train(drafter: torch.nn.Module, train_seqs: list[Sequence], held: list[Seque
         opt.load_state_dict(state["opt"])
         step, planned, spent, history = state["step"], state["planned"], state["seconds"], state["history"]
         log(f"train: resumed at step {step}/{planned}")
+    t_eval = time.time()
     if not history:
         history.append({"step": 0, **evaluate(drafter, held, cfg)})
         log(f"train: before training {_fmt(history[-1])}")
+    t_eval = time.time() - t_eval  # what one evaluation costs: the time budget pays for them too
     per_epoch = max(1, len(train_seqs) // cfg.batch_seqs)
     drafter.train()
     t0, t_last_ckpt, t_last_log, tokens, step0 = time.time(), time.time(), 0.0, 0, step
@@ -173,7 +175,8 @@ def train(drafter: torch.nn.Module, train_seqs: list[Sequence], held: list[Seque
         elapsed = time.time() - t0
         rate = elapsed / (step - step0)  # seconds per step in this run
         if planned is None and step - step0 == 3:  # time budget: the schedule length follows from the first steps
-            planned = max(step + 1, step + int((seconds - spent - elapsed) / rate * 0.92))  # ~8% for evaluations
+            left = seconds - spent - elapsed - 2 * t_eval  # the last periodic evaluation and the final one
+            planned = max(step + 1, step + int(left / (rate + t_eval / cfg.eval_every)))
             log(f"train: {rate:.1f} s/step -> {planned} steps in {(seconds - spent) / 60:.1f} min")
         if step % cfg.eval_every == 0 or step == planned:
             history.append({"step": step, "loss": round(loss_value, 4), **evaluate(drafter, held, cfg)})
