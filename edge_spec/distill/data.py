@@ -163,6 +163,7 @@ def generate_data(target: Target, cfg: DataConfig, data_dir: Path, seconds: floa
     spent = shard_seconds(data_dir)
     shards: list[Path] = []
     last = [0.0]  # seconds of the last job run here: a job that would overrun the budget is not started
+    of = f" of {seconds:.0f}s budget" if seconds is not None else ""
 
     def out_of_budget() -> bool:
         return (cfg.max_jobs is not None and len(shards) >= cfg.max_jobs) or \
@@ -180,7 +181,7 @@ def generate_data(target: Target, cfg: DataConfig, data_dir: Path, seconds: floa
             last[0] = _run_job(target, cfg, path, [_user(r, cfg) for r in requests[i:i + cfg.batch]], 1.0,
                                cfg.self_instruct_tokens, cfg.seed * 1000003 + 7919 * j + 1)
             spent += last[0]
-            log(f"data: {path.name} written ({spent:.0f}s of generation so far)")
+            log(f"data: {path.name} written ({spent:.0f}s{of} of generation so far)")
         shards.append(path)
     # 2. the pool: built-in + user + self-instruct prompts, one deterministic order.
     pool = _pool(cfg, data_dir)
@@ -200,7 +201,8 @@ def generate_data(target: Target, cfg: DataConfig, data_dir: Path, seconds: floa
         if not path.exists():
             last[0] = _run_job(target, cfg, path, convs, temp, cfg.max_new_tokens, cfg.seed * 1000003 + 7919 * j + 2)
             spent += last[0]
-            log(f"data: {path.name} (T={temp}, {len(convs)} prompts) written ({spent:.0f}s of generation so far)")
+            log(f"data: {path.name} (T={temp}, {len(convs)} prompts, {last[0] / max(len(convs), 1):.1f}s/answer) "
+                f"written ({spent:.0f}s{of} of generation so far)")
         shards.append(path)
         j += 1
     done_file.write_text(json.dumps({"shards": [p.name for p in shards], "seconds": round(spent, 1)}) + "\n")
