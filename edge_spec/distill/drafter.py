@@ -60,17 +60,26 @@ def trainable_state(drafter: torch.nn.Module) -> dict[str, torch.Tensor]:
 def save_drafter(drafter: torch.nn.Module, out: Path, meta: dict) -> None:
     """Write config.json (with the ``edge_spec_drafter`` block) and fp16 model.safetensors without shared tensors."""
     out.mkdir(parents=True, exist_ok=True)
-    cfg = drafter.config.to_dict()
-    cfg["num_hidden_layers"] = len(drafter.model.layers)
-    cfg["torch_dtype"] = cfg["dtype"] = "float16"
-    cfg["edge_spec_drafter"] = {"shares_target_embedding": True,
-                                "shares_target_lm_head": not cfg.get("tie_word_embeddings", False), **meta}
-    cfg.pop("quantization_config", None)
-    cfg.pop("_name_or_path", None)
+    cfg = drafter_config(drafter.config.to_dict(), drafter.__class__.__name__, len(drafter.model.layers), meta)
     tensors = {k: v.detach().to(torch.float16).contiguous().cpu() for k, v in trainable_state(drafter).items()}
     save_file(tensors, str(out / "model.safetensors.tmp"), metadata={"format": "pt"})
     (out / "model.safetensors.tmp").replace(out / "model.safetensors")
     (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+def drafter_config(target_cfg: dict, architecture: str, layers: int, meta: dict) -> dict:
+    """The drafter's config.json: the target's HF config with N layers and the ``edge_spec_drafter`` block.
+
+    A GGUF-loaded config has no ``architectures`` and carries the file's model name: both are fixed here."""
+    cfg = dict(target_cfg)
+    cfg["num_hidden_layers"] = layers
+    cfg["architectures"] = [architecture]
+    cfg["torch_dtype"] = cfg["dtype"] = "float16"
+    for key in ("quantization_config", "_name_or_path", "_model_name_or_path"):
+        cfg.pop(key, None)
+    # The LM head is the target's too: tied to the shared embedding, or the target's own lm_head when untied.
+    cfg["edge_spec_drafter"] = {"shares_target_embedding": True, "shares_target_lm_head": True, **meta}
+    return cfg
 
 
 def read_drafter_config(drafter_dir: Path) -> dict:
