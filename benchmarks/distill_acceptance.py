@@ -1,0 +1,79 @@
+"""Acceptance of a distilled drafter THROUGH an exported bundle, on its held-out prompts.
+
+The training report (``training.json``) measures acceptance proxies in torch against the fp32 target. This
+script measures what the runtime sees: the bundle's (quantized) target and drafter, draft length 1 so that
+accepted / drafted is the per-token acceptance rate alpha (with longer drafts, tokens after a rejection are
+drafted but never judged). Prompts are the held-out conversations from the drafter's own data directory,
+as token ids rendered by the target's chat template when the data was made.
+
+Usage:
+    python benchmarks/distill_acceptance.py --bundle BUNDLE --drafter-dir DRAFTER_DIR [--prompts 40] \
+        [--max-new-tokens 64] [--temperatures 0 0.7] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def heldout_prompts(drafter_dir: Path, n: int) -> list[list[int]]:
+    """Prompt token ids of the first ``n`` held-out prompts: the evaluation shards' first, then the held-out
+    sequences met in the training shards (de-duplicated)."""
+    out: list[list[int]] = []
+    seen: set[tuple[int, ...]] = set()
+    data = drafter_dir / "data"
+    for shard in sorted(data.glob("eval_*.npz")) + sorted(data.glob("gen_*.npz")):
+        z = np.load(shard)
+        for i in np.flatnonzero(z["heldout"]):
+            ids = tuple(int(t) for t in z["tokens"][z["seq_off"][i]:z["seq_off"][i] + z["prompt_len"][i]])
+            if ids not in seen:
+                seen.add(ids)
+                out.append(list(ids))
+    return out[:n]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bundle", required=True, type=Path)
+    ap.add_argument("--drafter-dir", required=True, type=Path, help="the edge-spec distill output (has data/)")
+    ap.add_argument("--prompts", type=int, default=40)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7])
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+
+    from edge_spec.runtime.engine import Engine
+
+    prompts = heldout_prompts(args.drafter_dir, args.prompts)
+    if not prompts:
+        print(f"no held-out prompts under {args.drafter_dir / 'data'}", file=sys.stderr)
+        return 2
+    engine = Engine.load(args.bundle, max_context=1024, threads=args.threads)
+    rows = []
+    for temp in args.temperatures:
+        drafted = accepted = tokens = 0
+        t0 = time.time()
+        for i, ids in enumerate(prompts):
+            engine.reset()
+            r = engine.generate(ids, max_new_tokens=args.max_new_tokens, temperature=temp, seed=i,
+                                speculative=True, draft_length=1)
+            drafted, accepted, tokens = drafted + r.stats.drafted, accepted + r.stats.accepted, tokens + r.stats.tokens
+        rows.append({"temperature": temp, "prompts": len(prompts), "tokens": tokens, "drafted": drafted,
+                     "accepted": accepted, "acceptance": round(accepted / max(drafted, 1), 4),
+                     "seconds": round(time.time() - t0, 1)})
+        print(f"T={temp}: acceptance {accepted}/{drafted} = {accepted / max(drafted, 1):.3f} "
+              f"({len(prompts)} held-out prompts, {tokens} tokens)", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps({"bundle": str(args.bundle), "draft_length": 1, "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,72 @@
+"""``edge-spec distill``: train a drafter for a target (GGUF file or HF dir) on text the target writes."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from edge_spec.cli.common import command_parser
+
+EXAMPLES = """
+  edge-spec distill --target SmolLM2-135M-Instruct.Q4_1.gguf --out my-drafter --minutes 60
+  edge-spec distill --target ./my-hf-model --out my-drafter --layers 3 --prompts my_prompts.txt --device cuda
+  edge-spec distill --target model.gguf --out my-drafter        # again: resumes where it stopped
+"""
+
+
+def _positive(kind: type):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+        return value
+    return parse
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = command_parser(subparsers, "distill", help="train a drafter for a target (runs on CPU or CUDA)",
+                       description="Generate text with the target, then train a small drafter (a few of the "
+                                   "target's layers on its shared embedding) to match the target's distribution. "
+                                   "Resumes automatically from --out.", examples=EXAMPLES)
+    p.add_argument("--target", required=True, type=Path, metavar="GGUF_OR_DIR", help="target model")
+    p.add_argument("--out", required=True, type=Path, metavar="DRAFTER_DIR", help="drafter directory (resumed)")
+    p.add_argument("--minutes", type=_positive(float), metavar="N",
+                   help="wall budget for data generation + training (default: --steps / --data-jobs decide)")
+    p.add_argument("--prompts", type=Path, metavar="FILE", help="extra user prompts, one per line")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--layers", type=_positive(int), default=2, metavar="N", help="drafter layers (default 2)")
+    p.add_argument("--steps", type=_positive(int), metavar="N", help="exact training steps (reproducible)")
+    p.add_argument("--data-jobs", type=_positive(int), metavar="N", help="exact number of generation batches")
+    p.add_argument("--batch", type=_positive(int), default=64, metavar="N", help="generation batch (default 64)")
+    p.add_argument("--data-only", action="store_true", help="stop after generating the training text")
+    p.add_argument("--threads", type=_positive(int), metavar="N", help="torch CPU threads")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import dataclasses
+    import shlex
+    import sys
+    import time
+
+    from edge_spec.distill import DistillConfig, distill
+    from edge_spec.distill.data import DataConfig
+    from edge_spec.distill.train import TrainConfig
+
+    if args.minutes is None and (args.steps is None or args.data_jobs is None):
+        args.minutes = 60.0  # a budget the user can see in --help beats an unbounded run
+    cfg = DistillConfig(target=args.target, out=args.out, minutes=args.minutes, prompts_file=args.prompts,
+                        device=args.device, seed=args.seed, layers=args.layers, threads=args.threads,
+                        data_only=args.data_only, command="edge-spec " + shlex.join(sys.argv[1:]),
+                        data=dataclasses.replace(DataConfig(), batch=args.batch, max_jobs=args.data_jobs),
+                        train=dataclasses.replace(TrainConfig(), steps=args.steps))
+
+    def log(msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    distill(cfg, log)
+    return 0

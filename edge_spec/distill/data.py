@@ -1,0 +1,271 @@
+"""Training text written by the target, with the target's top-k logits at every generated position.
+
+Generation is batched (left-padded, KV cache) because on a CPU one step for 64 rows costs little more
+than one step for 1 row: decode is bound by reading the weights. Each decoding step's logits are the
+teacher's distribution p for that position, so its top-k and logsumexp are kept for free: knowledge
+distillation targets without a second pass.
+
+The work is a deterministic list of *jobs* (one batch of prompts each), written one shard per job:
+
+* ``si_NNNNN.npz``  self-instruct: the target writes new questions (they join the prompt pool);
+* ``gen_NNNNN.npz`` answers to pool prompts at T = 0 / 0.7 / 1.0 in turn; every 4th job instead asks
+  a follow-up question on the conversations of the job before it (multi-turn text).
+
+A shard is written atomically, so an interrupted run resumes at the first missing shard and produces
+the same shards as an uninterrupted one (each job seeds its own generator).
+
+Shard arrays (n sequences, R generated positions in total, k = top-k):
+``tokens`` int32 [sum of lengths] prompt+answer ids, ``seq_off`` int64 [n+1], ``prompt_len`` int32 [n],
+``temp`` float32 [n], ``heldout`` bool [n], ``topk_ids`` int32 [R, k], ``topk_logits`` float16 [R, k],
+``lse`` float32 [R, 2] (logsumexp of the logits at T = 1 and at T = 0.7).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from edge_spec.distill import prompts as P
+from edge_spec.distill.target import Target, render
+
+TEMPERATURES = (0.0, 0.7, 1.0)
+EVAL_TEMPERATURE = 0.7  # the second logsumexp column; the T=0.7 acceptance is measured with it
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """What to generate. ``max_jobs`` caps the job count (exact, reproducible); the time budget may stop earlier."""
+
+    seed: int = 0
+    batch: int = 64
+    max_new_tokens: int = 128
+    max_prompt_tokens: int = 384
+    top_k: int = 32
+    heldout_percent: int = 5
+    self_instruct: int = 96  # self-instruct requests (0: none)
+    self_instruct_tokens: int = 40
+    max_jobs: int | None = None
+    extra_prompts: tuple[str, ...] = ()
+    eval_prompts: int = 48  # held-out prompts answered at T=0 and at T=0.7 for the evaluation shards
+
+
+@torch.no_grad()
+def generate(model: torch.nn.Module, prompts: list[list[int]], temperature: float, max_new: int,
+             stop_ids: tuple[int, ...], top_k: int, seed: int, pad_id: int) -> list[dict[str, np.ndarray]]:
+    """Continue each prompt; return per sequence its answer ids [L] and teacher top-k / logsumexp [L, ...].
+
+    The answer ends with (and includes) the first stop token, or after ``max_new`` tokens."""
+    device = next(model.parameters()).device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+    stops = torch.tensor(stop_ids, device=device)
+    done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
+    steps: list[tuple[torch.Tensor, ...]] = []
+    for _ in range(max_new):
+        logits = out.logits[:, -1].float()  # [B, V]
+        lse = torch.stack([logits.logsumexp(-1), (logits / EVAL_TEMPERATURE).logsumexp(-1)], -1)  # [B, 2]
+        top_v, top_i = logits.topk(top_k, -1)  # [B, k]
+        if temperature == 0.0:
+            nxt = logits.argmax(-1)
+        else:
+            nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=gen)[:, 0]
+        steps.append((nxt, top_i, top_v, lse, done.clone()))
+        done |= torch.isin(nxt, stops)
+        if bool(done.all()):
+            break
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+        pos = pos[:, -1:] + 1
+        out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos,
+                    past_key_values=out.past_key_values, use_cache=True)
+    nxt, top_i, top_v, lse, was_done = (torch.stack(t, 1).cpu() for t in zip(*steps))  # [B, steps, ...]
+    results = []
+    for b in range(len(prompts)):
+        n = int((~was_done[b]).sum())  # positions generated before this row stopped
+        results.append({"answer": nxt[b, :n].numpy().astype(np.int32),
+                        "topk_ids": top_i[b, :n].numpy().astype(np.int32),
+                        "topk_logits": top_v[b, :n].numpy().astype(np.float16),
+                        "lse": lse[b, :n].numpy().astype(np.float32)})
+    return results
+
+
+def _write_shard(path: Path, prompt_ids: list[list[int]], results: list[dict[str, np.ndarray]], temp: float,
+                 heldout: list[bool], convs: list[dict], seconds: float) -> None:
+    seqs = [np.concatenate([np.asarray(p, np.int32), r["answer"]]) for p, r in zip(prompt_ids, results)]
+    arrays = {
+        "tokens": np.concatenate(seqs).astype(np.int32),
+        "seq_off": np.concatenate([[0], np.cumsum([len(s) for s in seqs])]).astype(np.int64),
+        "prompt_len": np.asarray([len(p) for p in prompt_ids], np.int32),
+        "temp": np.full(len(seqs), temp, np.float32),
+        "heldout": np.asarray(heldout, bool),
+        "topk_ids": np.concatenate([r["topk_ids"] for r in results]),
+        "topk_logits": np.concatenate([r["topk_logits"] for r in results]),
+        "lse": np.concatenate([r["lse"] for r in results]),
+    }
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, **arrays)
+    side = {"conversations": convs, "seconds": round(seconds, 2), "temperature": temp}
+    path.with_suffix(".json").write_text(json.dumps(side) + "\n")
+    os.replace(tmp, path)  # the .npz appears last: its presence means the shard is complete
+
+
+def _run_job(target: Target, cfg: DataConfig, path: Path, convs: list[dict], temp: float, max_new: int,
+             seed: int) -> float:
+    """Generate one shard for ``convs`` (each {"messages": [...], "heldout": bool}); return seconds spent."""
+    t0 = time.time()
+    tok = target.tokenizer
+    keep = []
+    for c in convs:
+        ids = render(tok, c["messages"])
+        if len(ids) <= cfg.max_prompt_tokens:
+            keep.append((c, ids))
+    pad = tok.pad_token_id if tok.pad_token_id is not None else target.stop_ids[0]
+    results = generate(target.model, [ids for _, ids in keep], temp, max_new, target.stop_ids, cfg.top_k, seed, pad)
+    out_convs = []
+    for (c, _), r in zip(keep, results):
+        text = tok.decode(r["answer"].tolist(), skip_special_tokens=True)
+        out_convs.append({"messages": c["messages"], "answer": text, "heldout": c["heldout"]})
+    seconds = time.time() - t0
+    _write_shard(path, [ids for _, ids in keep], results, temp, [c["heldout"] for c, _ in keep], out_convs, seconds)
+    return seconds
+
+
+def _user(text: str, cfg: DataConfig) -> dict:
+    return {"messages": [{"role": "user", "content": text}], "heldout": P.is_heldout(text, cfg.heldout_percent)}
+
+
+def shard_seconds(data_dir: Path) -> float:
+    """Generation seconds already spent on the shards in ``data_dir`` (a resumed run counts them)."""
+    return sum(json.loads(p.read_text()).get("seconds", 0.0) for p in data_dir.glob("*.json")
+               if p.name != "done.json")
+
+
+def generate_data(target: Target, cfg: DataConfig, data_dir: Path, seconds: float | None,
+                  log: Callable[[str], None] = print) -> list[Path]:
+    """Write shards into ``data_dir`` until ``cfg.max_jobs`` or ``seconds`` (wall clock, counting earlier runs).
+
+    Returns the shard paths in job order. A ``done.json`` marks the data as final."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    done_file = data_dir / "done.json"
+    if done_file.exists():
+        return [data_dir / n for n in json.loads(done_file.read_text())["shards"]]
+    spent = shard_seconds(data_dir)
+    shards: list[Path] = []
+    last = [0.0]  # seconds of the last job run here: a job that would overrun the budget is not started
+    of = f" of {seconds:.0f}s budget" if seconds is not None else ""
+
+    def out_of_budget() -> bool:
+        return (cfg.max_jobs is not None and len(shards) >= cfg.max_jobs) or \
+            (seconds is not None and spent + 0.8 * last[0] >= seconds)
+
+    # 1. self-instruct: the target writes new prompts.
+    requests = P.self_instruct_requests()
+    random.Random(cfg.seed).shuffle(requests)
+    requests = requests[: cfg.self_instruct]
+    for j, i in enumerate(range(0, len(requests), cfg.batch)):
+        path = data_dir / f"si_{j:05d}.npz"
+        if not path.exists():
+            if out_of_budget():
+                break
+            last[0] = _run_job(target, cfg, path, [_user(r, cfg) for r in requests[i:i + cfg.batch]], 1.0,
+                               cfg.self_instruct_tokens, cfg.seed * 1000003 + 7919 * j + 1)
+            spent += last[0]
+            log(f"data: {path.name} written ({spent:.0f}s{of} of generation so far)")
+        shards.append(path)
+    # 2. the pool: built-in + user + self-instruct prompts, one deterministic order.
+    pool = _pool(cfg, data_dir)
+    cursor, j = 0, 0
+    while not out_of_budget() and cursor < len(pool):
+        path = data_dir / f"gen_{j:05d}.npz"
+        temp = TEMPERATURES[j % len(TEMPERATURES)]
+        if j % 4 == 3:  # multi-turn: a follow-up on the previous job's conversations
+            prev = json.loads((data_dir / f"gen_{j - 1:05d}.json").read_text())["conversations"]
+            rng = random.Random(cfg.seed * 31 + j)
+            convs = [{"messages": c["messages"] + [{"role": "assistant", "content": c["answer"].strip()},
+                                                   {"role": "user", "content": rng.choice(P.FOLLOW_UPS)}],
+                      "heldout": c["heldout"]} for c in prev if c["answer"].strip()]
+        else:
+            convs = [_user(t, cfg) for t in pool[cursor:cursor + cfg.batch]]
+            cursor += cfg.batch
+        if not path.exists():
+            last[0] = _run_job(target, cfg, path, convs, temp, cfg.max_new_tokens, cfg.seed * 1000003 + 7919 * j + 2)
+            spent += last[0]
+            log(f"data: {path.name} (T={temp}, {len(convs)} prompts, {last[0] / max(len(convs), 1):.1f}s/answer) "
+                f"written ({spent:.0f}s{of} of generation so far)")
+        shards.append(path)
+        j += 1
+    done_file.write_text(json.dumps({"shards": [p.name for p in shards], "seconds": round(spent, 1)}) + "\n")
+    return shards
+
+
+def _pool(cfg: DataConfig, data_dir: Path) -> list[str]:
+    """The prompt pool in its deterministic order (needs the self-instruct shards already written)."""
+    new_prompts: list[str] = []
+    for path in sorted(data_dir.glob("si_*.json")):
+        for conv in json.loads(path.read_text())["conversations"]:
+            q = P.clean_self_instruct(conv["answer"])
+            if q:
+                new_prompts.append(q)
+    pool = list(dict.fromkeys(P.builtin_prompts() + list(cfg.extra_prompts) + new_prompts))
+    random.Random(cfg.seed + 1).shuffle(pool)
+    return pool
+
+
+def generate_eval(target: Target, cfg: DataConfig, data_dir: Path, log: Callable[[str], None] = print) -> list[Path]:
+    """Evaluation shards: ``cfg.eval_prompts`` held-out prompts answered at T=0 and at T=0.7.
+
+    Taken from the END of the pool, which the training jobs (reading from its start) have not reached, so
+    the held-out measurement does not hang on the few held-out prompts a short run happens to meet."""
+    if cfg.eval_prompts <= 0:
+        return []
+    held = [t for t in reversed(_pool(cfg, data_dir)) if P.is_heldout(t, cfg.heldout_percent)][: cfg.eval_prompts]
+    paths = []
+    for j, temp in enumerate((0.0, EVAL_TEMPERATURE)):
+        path = data_dir / f"eval_{j:05d}.npz"
+        if not path.exists():
+            convs = [{"messages": [{"role": "user", "content": t}], "heldout": True} for t in held]
+            sec = _run_job(target, cfg, path, convs, temp, cfg.max_new_tokens, cfg.seed * 1000003 + 7919 * j + 3)
+            log(f"data: {path.name} (T={temp}, {len(convs)} held-out prompts) written in {sec:.0f}s")
+        paths.append(path)
+    return paths
+
+
+@dataclass
+class Sequence:
+    """One training/eval sequence: ids [L], where the answer starts, teacher targets for answer positions."""
+
+    ids: np.ndarray  # int32 [L]
+    prompt_len: int
+    temp: float
+    topk_ids: np.ndarray  # int32 [L - prompt_len, k]; row t = p(. | ids[:prompt_len + t])
+    topk_logits: np.ndarray  # float16 [L - prompt_len, k]
+    lse: np.ndarray  # float32 [L - prompt_len, 2]
+
+
+def load_sequences(shards: list[Path]) -> tuple[list[Sequence], list[Sequence]]:
+    """(train, heldout) sequences from the shards, in shard order."""
+    train, held = [], []
+    for path in shards:
+        z = np.load(path)
+        off, r = z["seq_off"], 0
+        for i in range(len(z["prompt_len"])):
+            ids = z["tokens"][off[i]:off[i + 1]]
+            pl = int(z["prompt_len"][i])
+            n = len(ids) - pl
+            seq = Sequence(ids, pl, round(float(z["temp"][i]), 4), z["topk_ids"][r:r + n], z["topk_logits"][r:r + n],
+                           z["lse"][r:r + n])
+            r += n
+            if n > 0:
+                (held if z["heldout"][i] else train).append(seq)
+    return train, held

@@ -1,0 +1,141 @@
+"""The distill pipeline: load the target, generate (or reuse) its text, train, save. Resumable from DRAFTER_DIR."""
+
+from __future__ import annotations
+
+import json
+import platform
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from edge_spec.distill.card import render_card
+from edge_spec.distill.data import DataConfig, generate_data, generate_eval, load_sequences, shard_seconds
+from edge_spec.distill.drafter import build_drafter, save_drafter, spread_layers
+from edge_spec.distill.prompts import read_prompt_file
+from edge_spec.distill.target import load_target
+from edge_spec.distill.train import TrainConfig, train
+from edge_spec.errors import EdgeSpecError
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    """Everything ``edge-spec distill`` does; ``minutes`` is the wall budget of data generation + training."""
+
+    target: Path
+    out: Path
+    minutes: float | None = None
+    data_share: float = 0.4  # of ``minutes``, for data generation (training gets what is left)
+    prompts_file: Path | None = None
+    device: str = "cpu"
+    seed: int = 0
+    layers: int = 2
+    layers_from: tuple[int, ...] | None = None  # target layers to start from; default: evenly spaced
+    threads: int | None = None
+    data_only: bool = False
+    command: str | None = None  # how this run was started, for the model card
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+def check_device(device: str) -> str:
+    """``cpu`` or ``cuda``; one sentence when CUDA is asked for and absent."""
+    if device not in ("cpu", "cuda"):
+        raise EdgeSpecError(f"--device '{device}' is not supported; use cpu or cuda.")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise EdgeSpecError("--device cuda was given but this torch build sees no CUDA GPU; use --device cpu or "
+                            "install a CUDA build of torch.")
+    return device
+
+
+def _check_out(out: Path, meta: dict) -> None:
+    """A DRAFTER_DIR is bound to one target and data config: resuming with others would mix two runs."""
+    marker = out / "distill.json"
+    if marker.exists():
+        old = json.loads(marker.read_text())
+        if old != meta:
+            diff = sorted(k for k in meta if old.get(k) != meta[k])
+            raise EdgeSpecError(f"'{out}' holds a distill run with other settings ({', '.join(diff)}); pass a new "
+                                "--out directory or delete this one.")
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
+    """Run (or resume) a distillation; return the report also written to DRAFTER_DIR/training.json."""
+    device = check_device(cfg.device)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    data_cfg = replace(cfg.data, seed=cfg.seed)
+    if cfg.prompts_file is not None:
+        data_cfg = replace(data_cfg, extra_prompts=tuple(read_prompt_file(Path(cfg.prompts_file))))
+    log(f"target: loading {cfg.target}")
+    target = load_target(cfg.target, device)
+    n_target = target.model.config.num_hidden_layers
+    layers_from = list(cfg.layers_from) if cfg.layers_from else spread_layers(n_target, cfg.layers)
+    if any(not 0 <= i < n_target for i in layers_from):
+        raise EdgeSpecError(f"layers_from {layers_from} names a layer the target lacks; use 0 to {n_target - 1}.")
+    meta = {"target_sha256": target.sha256, "seed": cfg.seed, "layers_from": layers_from,
+            "data": {k: v for k, v in asdict(data_cfg).items()
+                     if k not in ("extra_prompts", "max_jobs", "eval_prompts")},  # these do not change the shards
+            "extra_prompts": len(data_cfg.extra_prompts)}
+    _check_out(cfg.out, meta)
+    log(f"target: {n_target} layers, hidden {target.model.config.hidden_size}, sha256 {target.sha256[:16]}; "
+        f"drafter from layers {layers_from}")
+
+    data_budget = cfg.minutes * 60 * cfg.data_share if cfg.minutes else None
+    shards = generate_data(target, data_cfg, cfg.out / "data", data_budget, log)
+    shards += generate_eval(target, data_cfg, cfg.out / "data", log)
+    data_seconds = shard_seconds(cfg.out / "data")
+    train_seqs, held_seqs = load_sequences(shards)
+    if not train_seqs or not held_seqs:
+        raise EdgeSpecError(f"The generated data in '{cfg.out / 'data'}' has {len(train_seqs)} training and "
+                            f"{len(held_seqs)} held-out answers; give distill more --minutes (or more prompts).")
+    data_stats = _data_stats(train_seqs, held_seqs, shards, data_seconds)
+    log(f"data: {data_stats['train_tokens']:,} training / {data_stats['heldout_tokens']:,} held-out answer tokens "
+        f"from {len(shards)} shards ({data_seconds:.0f}s of generation)")
+    if cfg.data_only:
+        return {"data": data_stats}
+
+    # Generation time counts across resumed runs (it is stored with the shards); loading does not.
+    train_budget = max(60.0, cfg.minutes * 60 - data_seconds) if cfg.minutes else None
+    drafter = build_drafter(target.model, layers_from)
+    result = train(drafter, train_seqs, held_seqs, replace(cfg.train, seed=cfg.seed), cfg.out / "checkpoint",
+                   train_budget, log)
+    report = {
+        "target": {"path": str(cfg.target), "sha256": target.sha256, "layers": n_target,
+                   "hidden_size": target.model.config.hidden_size},
+        "drafter": {"layers": len(layers_from), "layers_from": layers_from,
+                    "params_stored": sum(p.numel() for n, p in drafter.named_parameters()
+                                         if n not in ("model.embed_tokens.weight", "lm_head.weight")),
+                    "params_shared": target.model.model.embed_tokens.weight.numel()},
+        "data": data_stats,
+        "train": result,
+        "seed": cfg.seed,
+        "device": device,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "threads": torch.get_num_threads(),
+    }
+    save_drafter(drafter, cfg.out, {"target_sha256": target.sha256, "layers_from": layers_from,
+                                    "target_layers": n_target, "seed": cfg.seed,
+                                    "heldout": result["final"]})
+    (cfg.out / "training.json").write_text(json.dumps(report, indent=2) + "\n")
+    (cfg.out / "MODEL_CARD.md").write_text(render_card(report, cfg.command))
+    log(f"saved drafter to {cfg.out} (held-out greedy agreement {result['final']['greedy_agreement']:.3f}, "
+        f"T=0.7 expected acceptance {result['final']['accept_t07']:.3f})")
+    return report
+
+
+def _data_stats(train_seqs: list, held_seqs: list, shards: list[Path], seconds: float) -> dict:
+    def answer_tokens(seqs: list, temp: float | None = None) -> int:
+        return sum(len(s.ids) - s.prompt_len for s in seqs if temp is None or s.temp == temp)
+
+    return {"shards": len(shards), "generation_seconds": seconds,
+            "train_sequences": len(train_seqs), "heldout_sequences": len(held_seqs),
+            "train_tokens": answer_tokens(train_seqs), "heldout_tokens": answer_tokens(held_seqs),
+            "train_tokens_by_temperature": {str(t): answer_tokens(train_seqs, t) for t in (0.0, 0.7, 1.0)},
+            "heldout_tokens_by_temperature": {str(t): answer_tokens(held_seqs, t) for t in (0.0, 0.7, 1.0)}}

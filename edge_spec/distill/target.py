@@ -1,0 +1,95 @@
+"""Load the target a drafter is distilled from: a GGUF file or a Hugging Face checkpoint directory.
+
+transformers dequantizes a GGUF file to fp32 on load (needs the ``gguf`` and ``accelerate`` packages),
+so the drafter learns from the target's real weights as the GGUF holds them. The tokenizer and its
+chat template come from the same file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from edge_spec.errors import EdgeSpecError
+
+
+@dataclass
+class Target:
+    """A loaded target: fp32 model in eval mode, its tokenizer, identity and stop tokens."""
+
+    model: torch.nn.Module
+    tokenizer: object  # a transformers PreTrainedTokenizerBase
+    path: Path
+    sha256: str
+    stop_ids: tuple[int, ...]
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, or of a checkpoint directory's weight files (names and bytes, sorted)."""
+    h = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(
+        p for p in path.iterdir() if p.suffix in (".safetensors", ".bin", ".gguf") and p.is_file())
+    for f in files:
+        if path.is_dir():
+            h.update(f.name.encode())
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def _from_pretrained(path: Path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise EdgeSpecError(f"--target '{path}' is a file but not a .gguf; pass a GGUF file or a Hugging Face "
+                                "checkpoint directory.")
+        kw = {"gguf_file": path.name}
+        where = str(path.parent)
+    else:
+        kw, where = {}, str(path)
+    tok = AutoTokenizer.from_pretrained(where, **kw)
+    model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **kw)
+    return model, tok
+
+
+def load_target(target: str | Path, device: str = "cpu") -> Target:
+    """Load ``target`` (GGUF file or HF dir) in fp32 on ``device``; raise one sentence when it cannot be read."""
+    path = Path(target)
+    if not path.exists():
+        raise EdgeSpecError(f"--target '{target}' does not exist; pass a GGUF file or a Hugging Face checkpoint "
+                            "directory.")
+    try:
+        model, tok = _from_pretrained(path)
+    except EdgeSpecError:
+        raise
+    except (OSError, ValueError, KeyError) as exc:
+        raise EdgeSpecError(f"Cannot load the target '{target}' with transformers ({exc.__class__.__name__}: "
+                            f"{str(exc).splitlines()[0][:160]}); pass a GGUF file or a checkpoint directory that "
+                            "transformers can read.") from None
+    if getattr(tok, "chat_template", None) is None:
+        raise EdgeSpecError(f"The target '{target}' has no chat template; distill needs a chat model whose "
+                            "tokenizer defines one.")
+    model.to(device).eval()
+    stops: set[int] = set()
+    for ids in (tok.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+        if isinstance(ids, int):
+            stops.add(ids)
+        elif ids:
+            stops.update(int(i) for i in ids)
+    if not stops:
+        raise EdgeSpecError(f"The target '{target}' defines no end-of-sequence token; distill needs one to know "
+                            "where an answer ends.")
+    return Target(model=model, tokenizer=tok, path=path, sha256=file_sha256(path), stop_ids=tuple(sorted(stops)))
+
+
+def render(tok, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids of a conversation as the target's own chat template renders it, ready for the assistant."""
+    ids = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # transformers 5 may return a BatchEncoding
+        ids = ids["input_ids"]
+    return [int(i) for i in ids]

@@ -1,0 +1,189 @@
+"""edge-spec distill on a tiny random Llama target (made here, saved as an HF dir): determinism, resume,
+the shared-embedding output format, materialisation, and the user errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from safetensors.torch import load_file  # noqa: E402
+
+from edge_spec.distill import DistillConfig, distill  # noqa: E402
+from edge_spec.distill.data import DataConfig, load_sequences  # noqa: E402
+from edge_spec.distill.drafter import load_drafter, spread_layers  # noqa: E402
+from edge_spec.distill.materialize import full_checkpoint  # noqa: E402
+from edge_spec.distill.run import check_device  # noqa: E402
+from edge_spec.distill.target import file_sha256, load_target  # noqa: E402
+from edge_spec.distill.train import TrainConfig  # noqa: E402
+from edge_spec.errors import EdgeSpecError  # noqa: E402
+
+DEMO_TOKENIZER = Path(__file__).resolve().parents[1] / "models" / "demo" / "target"
+
+
+@pytest.fixture(scope="module")
+def tiny_target(tmp_path_factory) -> Path:
+    """A 4-layer random Llama with the demo pair's tokenizer and chat template."""
+    out = tmp_path_factory.mktemp("tiny-target")
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(DEMO_TOKENIZER / name, out / name)
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=8192, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                                   tie_word_embeddings=True, eos_token_id=[1, 2], pad_token_id=0)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(out)
+    return out
+
+
+def _config(target: Path, out: Path, steps: int = 4, **kw) -> DistillConfig:
+    return DistillConfig(target=target, out=out, seed=3, threads=1,
+                         data=DataConfig(batch=6, self_instruct=6, max_jobs=5, max_new_tokens=12, heldout_percent=30,
+                                         eval_prompts=4),
+                         train=TrainConfig(steps=steps, batch_seqs=4, eval_every=2, **kw))
+
+
+def _quiet(msg: str) -> None:
+    pass
+
+
+def _weights(out: Path) -> dict:
+    return load_file(str(out / "model.safetensors"))
+
+
+def _report(out: Path) -> dict:
+    r = json.loads((out / "training.json").read_text())
+    return {"history": r["train"]["history"], "final": r["train"]["final"], "steps": r["train"]["steps"],
+            "data": {k: v for k, v in r["data"].items() if k != "generation_seconds"}}
+
+
+def test_same_seed_gives_identical_data_weights_and_report(tiny_target, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    distill(_config(tiny_target, a), _quiet)
+    distill(_config(tiny_target, b), _quiet)
+    wa, wb = _weights(a), _weights(b)
+    assert wa.keys() == wb.keys()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert _report(a) == _report(b)
+    for shard in sorted((a / "data").glob("*.npz")):
+        za, zb = np.load(shard), np.load(b / "data" / shard.name)
+        assert all(np.array_equal(za[k], zb[k]) for k in za.files)
+    # training changed the weights (the test can fail: a no-op trainer would leave the target's layers)
+    t = load_target(tiny_target)
+    assert not torch.equal(wa["model.layers.0.self_attn.q_proj.weight"].float(),
+                           t.model.model.layers[0].self_attn.q_proj.weight.half().float())
+
+
+def test_data_has_teacher_topk_consistent_with_the_answers(tiny_target, tmp_path):
+    distill(_config(tiny_target, tmp_path / "d"), _quiet)
+    shards = json.loads((tmp_path / "d" / "data" / "done.json").read_text())["shards"]
+    assert shards[0].startswith("si_") and any(s.startswith("gen_00003") for s in shards)  # self-instruct, follow-up
+    train, held = load_sequences([tmp_path / "d" / "data" / s for s in shards])
+    assert train and held
+    evals = [load_sequences([tmp_path / "d" / "data" / f"eval_0000{j}.npz"]) for j in (0, 1)]
+    assert [len(e[0]) for e in evals] == [0, 0] and [len(e[1]) for e in evals] == [4, 4]
+    assert {s.temp for s in evals[0][1]} == {0.0} and {s.temp for s in evals[1][1]} == {0.7}
+    assert [s.ids[:s.prompt_len].tolist() for s in evals[0][1]] == [s.ids[:s.prompt_len].tolist() for s in evals[1][1]]
+    train_prompts = {tuple(s.ids[:s.prompt_len]) for s in train}
+    assert not any(tuple(s.ids[:s.prompt_len]) in train_prompts for s in evals[0][1])
+    for s in train + held:
+        n = len(s.ids) - s.prompt_len
+        assert s.topk_ids.shape == (n, 32) and s.lse.shape == (n, 2)
+        if s.temp == 0.0:  # greedy answers are the teacher's argmax at every position
+            assert np.array_equal(s.ids[s.prompt_len:], s.topk_ids[:, 0])
+        assert np.all(s.lse[:, 0] >= s.topk_logits[:, 0].astype(np.float32) - 1e-2)
+
+
+def test_interrupted_run_resumes_to_the_same_weights(tiny_target, tmp_path):
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    distill(_config(tiny_target, full, checkpoint_seconds=0.0), _quiet)
+
+    def stop_at_step_3(msg: str) -> None:
+        if msg.startswith("train: step 2 "):  # logged after step 2, before its checkpoint (step 1 is saved)
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        distill(_config(tiny_target, cut, checkpoint_seconds=0.0), stop_at_step_3)
+    assert not (cut / "model.safetensors").exists()
+    resumed: list[str] = []
+    distill(_config(tiny_target, cut, checkpoint_seconds=0.0), resumed.append)
+    assert any(m.startswith("train: resumed at step 1/4") for m in resumed)
+    wf, wc = _weights(full), _weights(cut)
+    assert all(torch.equal(wf[k], wc[k]) for k in wf)
+    assert _report(full)["final"] == _report(cut)["final"]
+
+
+def test_output_shares_the_embedding_and_materializes_to_an_equal_hf_model(tiny_target, tmp_path):
+    out = tmp_path / "drafter"
+    distill(_config(tiny_target, out, steps=2), _quiet)
+    keys = set(_weights(out))
+    assert "model.embed_tokens.weight" not in keys and "lm_head.weight" not in keys
+    assert {"model.norm.weight", "model.layers.1.mlp.down_proj.weight"} <= keys
+    assert all(v.dtype == torch.float16 for v in _weights(out).values())
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["num_hidden_layers"] == 2 and cfg["tie_word_embeddings"] is True
+    assert cfg["architectures"] == ["LlamaForCausalLM"]
+    info = cfg["edge_spec_drafter"]
+    assert info["shares_target_embedding"] is True and info["layers_from"] == [0, 3]
+    assert info["target_sha256"] == file_sha256(tiny_target)
+
+    full = full_checkpoint(out, tiny_target, tmp_path / "full", dtype=torch.float32)
+    plain = transformers.AutoModelForCausalLM.from_pretrained(full, dtype=torch.float32)
+    drafter = load_drafter(out, load_target(tiny_target).model)
+    ids = torch.randint(0, 8192, (2, 17), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(plain(ids).logits, drafter(ids).logits)
+    with pytest.raises(EdgeSpecError, match="already exists"):
+        full_checkpoint(out, tiny_target, full)
+
+
+def test_user_errors_are_one_sentence(tiny_target, tmp_path):
+    if not torch.cuda.is_available():
+        with pytest.raises(EdgeSpecError, match="no CUDA GPU"):
+            check_device("cuda")
+    with pytest.raises(EdgeSpecError, match="--layers 9"):
+        spread_layers(4, 9)
+    with pytest.raises(EdgeSpecError, match="does not exist"):
+        distill(_config(tmp_path / "missing", tmp_path / "x"), _quiet)
+    distill(DistillConfig(target=tiny_target, out=tmp_path / "o", threads=1, data_only=True,
+                          data=DataConfig(batch=6, self_instruct=6, max_jobs=2, max_new_tokens=4, heldout_percent=30)),
+            _quiet)
+    with pytest.raises(EdgeSpecError, match="other settings"):
+        distill(DistillConfig(target=tiny_target, out=tmp_path / "o", seed=5, threads=1, data_only=True), _quiet)
+
+
+def test_spread_layers_keeps_first_and_last():
+    assert spread_layers(30, 1) == [29]
+    assert spread_layers(30, 2) == [0, 29]
+    assert spread_layers(30, 3) == [0, 14, 29] or spread_layers(30, 3) == [0, 15, 29]
+
+
+def test_cli_reports_a_missing_target_in_one_sentence(tmp_path, capsys):
+    from edge_spec.cli import main
+
+    assert main(["distill", "--target", str(tmp_path / "nope.gguf"), "--out", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("edge-spec: error: --target") and "does not exist" in err and "\n" not in err
+
+
+def test_time_budget_sets_the_step_count(tiny_target, tmp_path):
+    from edge_spec.distill.drafter import build_drafter
+    from edge_spec.distill.train import train
+
+    out = tmp_path / "t"
+    distill(DistillConfig(target=tiny_target, out=out, threads=1, data_only=True,
+                          data=DataConfig(batch=6, self_instruct=6, max_jobs=3, max_new_tokens=8, heldout_percent=30,
+                                          eval_prompts=2)), _quiet)
+    shards = sorted((out / "data").glob("*.npz"))
+    train_seqs, held = load_sequences(shards)
+    drafter = build_drafter(load_target(tiny_target).model, [0, 3])
+    lines: list[str] = []
+    result = train(drafter, train_seqs, held, TrainConfig(batch_seqs=4, eval_every=5), out / "ckpt", 4.0,
+                   lines.append)
+    assert any(" s/step -> " in m for m in lines)
+    assert result["steps"] >= 4 and result["history"][-1]["step"] == result["steps"]
