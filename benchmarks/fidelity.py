@@ -44,6 +44,12 @@ def _prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
+def _sha(path: Path) -> str:
+    from edge_spec.fetch import file_sha256
+
+    return file_sha256(path)
+
+
 def reference(gguf: Path, prompts: list[str], tokens: int) -> tuple[list[list[int]], list[list[int]], list[np.ndarray]]:
     """transformers fp32: (prompt ids, greedy ids, first-step logits) per prompt."""
     import torch
@@ -113,11 +119,24 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--prompts", type=int, default=len(CHAT_PROMPTS))
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--reference-cache", type=Path, help="JSON file keeping the transformers reference between runs")
     args = ap.parse_args()
     prompts = list(CHAT_PROMPTS[: args.prompts])
     t0 = time.time()
-    prompt_ids, ref, ref_first = reference(args.gguf, prompts, args.tokens)
-    print(f"reference (transformers fp32) done in {time.time() - t0:.0f}s", file=sys.stderr)
+    cache = args.reference_cache
+    if cache is not None and cache.is_file():  # the reference is slow (minutes) and deterministic: reuse it
+        data = json.loads(cache.read_text())
+        if data["gguf_sha256"] != _sha(args.gguf) or data["prompts"] != prompts or data["tokens"] != args.tokens:
+            sys.exit(f"{cache} was made for another GGUF, prompt set or token count; delete it to recompute.")
+        prompt_ids, ref = data["prompt_ids"], data["ref"]
+        ref_first = [np.array(f, dtype=np.float32) for f in data["ref_first"]]
+    else:
+        prompt_ids, ref, ref_first = reference(args.gguf, prompts, args.tokens)
+        if cache is not None:
+            cache.write_text(json.dumps({"gguf_sha256": _sha(args.gguf), "prompts": prompts, "tokens": args.tokens,
+                                         "prompt_ids": prompt_ids, "ref": ref,
+                                         "ref_first": [f.tolist() for f in ref_first]}))
+    print(f"reference (transformers fp32) ready in {time.time() - t0:.0f}s", file=sys.stderr)
     systems: dict[str, tuple[list[list[int]], list[np.ndarray] | None]] = {}
     stops: set[int] = set()
     for spec in args.bundle:
