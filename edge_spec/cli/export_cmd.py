@@ -24,8 +24,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "manifest. Target and drafter must share a tokenizer.", 100) + "\n\n" + textwrap.fill(
             f"Architectures: GGUF files: {gguf_archs}; Hugging Face checkpoints (config.json 'architectures', "
             f"each ...ForCausalLM): {archs}.", 100) + "\n\n" +
-        textwrap.fill("Time: the demo pair (8.9M + 2.4M parameters) takes 1 to 1.5 minutes on 2 CPU cores; larger "
-                      "models take longer (building, quantizing and calibrating grow with the model).", 100),
+        textwrap.fill("Time: the toy test pair (8.9M + 2.4M parameters) takes 1 to 1.5 minutes on 2 CPU cores, the "
+                      "SmolLM2-135M demo about 3; larger models take longer (building, quantizing and calibrating "
+                      "grow with the model).", 100),
         examples="""
   edge-spec export --target SmolLM2-135M-Instruct.Q4_1.gguf --drafter models/smollm2-drafter --out bundles/smol
   edge-spec export --target models/demo/target --drafter models/demo/drafter --out bundles/demo
