@@ -135,6 +135,47 @@ def test_integer_zero_point_option(tensors: dict, name: str) -> None:
     assert q.max_abs_err <= float(np.abs(ref).max()) / 100  # the other blocks: at worst re-quantized on 8 bits
 
 
+def split_session(sw: gq.SplitWeight, level: int) -> ort.InferenceSession:
+    """The graph builder's own split subgraph: MatMulNBits(x; d*q) + blocksum(x) @ offsets^T, x [1, S, K]."""
+    from edge_spec.export import onnx_graph
+
+    g = onnx_graph._G()
+    onnx_graph._split_linear(g, "A", sw, "w", level, outputs=["Y"])
+    return session(g.nodes, g.inits, [helper.make_tensor_value_info("A", TensorProto.FLOAT, [1, None, sw.k])], "Y")
+
+
+@pytest.mark.parametrize("name", ["Q4_1", "Q4_K", "Q2_K", "Q5_1", "Q5_K"])
+def test_split_pieces_are_exact_through_ort(tensors: dict, name: str) -> None:
+    """W = D + M: ORT's D equals fp32(q * s) bit for bit, and the whole subgraph applied to the identity (every block
+    sum is a single 1.0, so the offset MatMul is exact) gives gguf's own dequantization bit for bit."""
+    t = tensors[name]
+    ref = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
+    sw = gq.split_from_gguf(t)
+    assert isinstance(sw, gq.SplitWeight) and sw.exact and sw.base.exact and sw.max_abs_err == 0
+    base = sw.base
+    assert base.bits == (8 if name in ("Q5_1", "Q5_K") else 4)  # integer zero points only: the fast kernels
+    assert base.zero_points is None or (base.zero_points.dtype == np.uint8 and not base.zero_points.any())
+    codes = gq._codes(t)
+    qs = (codes.q.reshape(sw.n, -1, sw.block_size).astype(np.float32) * codes.scales[..., None]).reshape(sw.n, -1)
+    assert bits_equal(ort_weight(base), qs)  # D through ORT
+    assert bits_equal(sw.offsets, -codes.t)  # M: the file's offsets, copied
+    got = split_session(sw, 1).run(None, {"A": np.eye(sw.k, dtype=np.float32)[None]})[0][0].T
+    assert bits_equal(got, ref) and bits_equal(gq.dequantize(sw), ref)
+    x = np.random.default_rng(1).standard_normal((1, 5, sw.k)).astype(np.float32)
+    want = x[0].astype(np.float64) @ ref.astype(np.float64).T
+    for level in (1, 4):  # a real input: the two GEMMs' rounding (level 4 also quantizes x to int8 per block)
+        y = split_session(sw, level).run(None, {"A": x})[0][0]
+        tol = (1e-5 if level == 1 else 2e-2) * np.abs(x).sum(-1, keepdims=True) * np.abs(ref).max()
+        assert (np.abs(y - want) <= tol).all(), (name, level, float(np.abs(y - want).max()))
+
+
+def test_split_leaves_integer_offset_types_alone(tensors: dict) -> None:
+    for name in ("Q4_0", "Q8_0", "Q6_K"):
+        w = gq.split_from_gguf(tensors[name])
+        assert isinstance(w, gq.QuantWeight) and w.exact
+    assert isinstance(gq.split_from_gguf(tensors["F16"]), np.ndarray)
+
+
 @pytest.mark.parametrize("name", list(F16_FIELDS))
 def test_gather_matches_gguf(tensors: dict, name: str) -> None:
     t = tensors[name]

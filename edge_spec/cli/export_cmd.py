@@ -46,7 +46,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--drafter-quant", metavar="PREC[:LEVEL]", help="drafter precision (overrides --quant)")
     p.add_argument("--lm-head", choices=("int8", "fp32"),
                    help="Hugging Face checkpoints: keep the LM head at int8 or fp32 under an int4/int8 body")
-    p.add_argument("--gguf-mode", choices=("exact", "fast", "compact"), default="exact",
+    p.add_argument("--gguf-mode", choices=("exact", "split", "fast", "compact"), default="exact",
                    help="GGUF tensors: exact = every weight equals the file's (types ONNX Runtime only runs through "
                         "slow fallbacks become fp32 MatMuls of the exact values; default); fast = Q4_1/Q4_K/Q2_K as "
                         "8-bit integer zero points, use with accuracy level 4; compact = MatMulNBits everywhere "

@@ -350,6 +350,68 @@ def from_gguf(t: object, float_zero_points: bool = True) -> QuantWeight | np.nda
     return replace(qw, exact=exact, max_abs_err=err)
 
 
+@dataclass(frozen=True)
+class SplitWeight:
+    """A float-offset GGUF tensor W [N, K] = D + M, each piece exact in float32, for ONNX Runtime's fast kernels.
+
+    ``base`` holds D = fp32(q * s) as MatMulNBits with *integer* zero points (4-bit codes with zero point 0, or
+    5-bit codes on 8 bits shifted by 128 under the default zero point 128); ``offsets`` [N, K // block_size]
+    holds M, the file's offset added to every weight of a block (Q4_1's m, Q4_K's -dmin*min). Then
+    x @ W^T = MatMulNBits(x; base) + blocksum(x) @ offsets^T, blocksum(x) [..., K // block_size] = the sums of x
+    over each block. ``exact``: fp32(D + M) equals ``gguf.quants.dequantize`` bit for bit (-0 == +0).
+    """
+
+    base: QuantWeight
+    offsets: np.ndarray  # float32 [N, K // block_size]
+    exact: bool
+    max_abs_err: float
+    source_type: str
+
+    @property
+    def n(self) -> int:
+        return self.base.n
+
+    @property
+    def k(self) -> int:
+        return self.base.k
+
+    @property
+    def bits(self) -> int:
+        return self.base.bits
+
+    @property
+    def block_size(self) -> int:
+        return self.base.block_size
+
+
+def _split_codes(c: _Codes, source_type: str) -> SplitWeight:
+    """Float-offset codes -> SplitWeight; ``exact``/``max_abs_err`` are filled in by the caller."""
+    n, k = c.q.shape
+    nb = k // c.block_size
+    if c.levels <= 16:  # (u - 0) * s: the explicit uint8 zero point 0 keeps the fast integer kernel
+        bits, u, zp = 4, c.q, np.zeros(n * ((nb + 1) // 2), np.uint8)
+    else:  # 8-bit takes no zero-point input; the default 128 cancels the shift
+        bits, u, zp = 8, (c.q.astype(np.int16) + 128).astype(np.uint8), None
+    packed = _pack_rows(u, bits).reshape(n, nb, c.block_size * bits // 8)
+    base = QuantWeight(bits, c.block_size, k, n, packed, c.scales.reshape(-1).astype(np.float32), zp, False, 0.0,
+                       source_type)
+    return SplitWeight(base, np.ascontiguousarray(-c.t, dtype=np.float32), False, 0.0, source_type)
+
+
+def split_from_gguf(t: object) -> SplitWeight | QuantWeight | np.ndarray:
+    """A gguf ``ReaderTensor`` of a linear weight [N, K] -> SplitWeight for float-offset types (Q4_1, Q4_K, Q2_K,
+    Q5_1, Q5_K); integer-offset types come back as :func:`from_gguf` gives them, float types as float32 [N, K]."""
+    c = _codes(t)
+    if isinstance(c, np.ndarray) or c.t is None:
+        return from_gguf(t)
+    sw = _split_codes(c, t.tensor_type.name)
+    ref = _reference(t)
+    qs = c.q.reshape(sw.n, -1, c.block_size).astype(np.float32) * c.scales[..., None]  # fp32(q * s), as gguf forms it
+    d_exact, _ = _compare(dequantize(sw.base), qs.reshape(sw.n, sw.k))
+    exact, err = _compare(dequantize(sw), ref)
+    return replace(sw, base=replace(sw.base, exact=d_exact), exact=exact and d_exact, max_abs_err=err)
+
+
 def gather_from_gguf(t: object) -> GatherWeight | np.ndarray:
     """A gguf ``ReaderTensor`` of an embedding [N tokens, K hidden] -> GatherWeight, or float32 [N, K]."""
     c = _codes(t)
@@ -368,8 +430,13 @@ def gather_from_gguf(t: object) -> GatherWeight | np.ndarray:
     return replace(g, exact=exact, max_abs_err=err)
 
 
-def dequantize(q: QuantWeight | GatherWeight) -> np.ndarray:
-    """float32 [N, K] the way ONNX Runtime forms it (formulas measured, see the module docstring)."""
+def dequantize(q: QuantWeight | GatherWeight | SplitWeight) -> np.ndarray:
+    """float32 [N, K] the way ONNX Runtime forms it (formulas measured, see the module docstring).
+
+    For a SplitWeight: fp32(D + M), the weight the two pieces stand for (the graph never forms it)."""
+    if isinstance(q, SplitWeight):
+        d = dequantize(q.base).reshape(q.n, -1, q.block_size)
+        return (d + q.offsets[..., None]).astype(np.float32).reshape(q.n, q.k)
     n, k, bs = q.n, q.k, q.block_size
     nb = k // bs
     u = _unpack_rows(q.packed.reshape(n, -1), q.bits, k).reshape(n, nb, bs).astype(np.float32)
