@@ -185,7 +185,7 @@ def _split_linear(g: _G, x: str, w: Weight, name: str, level: int, outputs: list
     d = _linear(g, x, w.base, f"{name}/MatMulNBits", level)
     mb = g.init(f"{name}.block_offsets", np.ascontiguousarray(w.offsets.T, dtype=np.float32))  # [K / block, N]
     m = g.node("MatMul", [_blocksum(g, x, w.k, w.block_size), mb], f"{name}/offsets/MatMul")[0]
-    return g.node("Add", [d, m], f"{name}/Add", outputs=outputs)[0]
+    return g.node("Add", [d, m], f"{name}/offsets/Add", outputs=outputs)[0]
 
 
 def _linear(g: _G, x: str, w: Weight, name: str, level: int) -> str:
