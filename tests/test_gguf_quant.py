@@ -154,11 +154,17 @@ def test_split_pieces_are_exact_through_ort(tensors: dict, name: str) -> None:
     assert isinstance(sw, gq.SplitWeight) and sw.exact and sw.base.exact and sw.max_abs_err == 0
     base = sw.base
     assert base.bits == (8 if name in ("Q5_1", "Q5_K") else 4)  # integer zero points only: the fast kernels
-    assert base.zero_points is None or (base.zero_points.dtype == np.uint8 and not base.zero_points.any())
-    codes = gq._codes(t)
-    qs = (codes.q.reshape(sw.n, -1, sw.block_size).astype(np.float32) * codes.scales[..., None]).reshape(sw.n, -1)
-    assert bits_equal(ort_weight(base), qs)  # D through ORT
-    assert bits_equal(sw.offsets, -codes.t)  # M: the file's offsets, copied
+    assert base.zero_points is None or base.zero_points.dtype == np.uint8
+    codes = gq._codes(t)  # w = q*s - t; the split is D = (q - z)*s, M = z*s - t for an integer z per block
+    s64, t64 = codes.scales.astype(np.float64), codes.t.astype(np.float64)
+    d_ort = ort_weight(base).reshape(sw.n, -1, sw.block_size).astype(np.float64)  # D through ORT
+    z = (codes.q.reshape(d_ort.shape)[..., :1] - d_ort[..., :1] / np.where(s64 == 0, 1, s64)[..., None])[..., 0]
+    z = np.where(s64 == 0, 0, np.rint(z))
+    assert ((z >= 0) & (z < (16 if base.bits == 4 else 32))).all()
+    assert (d_ort == (codes.q.reshape(d_ort.shape) - z[..., None]) * s64[..., None]).all()  # D exact
+    assert (sw.offsets.astype(np.float64) == z * s64 - t64).all()  # M exact
+    centred = np.abs(sw.offsets) <= np.abs(codes.scales) * 0.5 + 1e-30
+    assert centred.mean() > 0.4  # most blocks' codes are centred (the offsets of random test blocks are wide)
     got = split_session(sw, 1).run(None, {"A": np.eye(sw.k, dtype=np.float32)[None]})[0][0].T
     assert bits_equal(got, ref) and bits_equal(gq.dequantize(sw), ref)
     x = np.random.default_rng(1).standard_normal((1, 5, sw.k)).astype(np.float32)

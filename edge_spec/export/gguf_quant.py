@@ -354,9 +354,9 @@ def from_gguf(t: object, float_zero_points: bool = True) -> QuantWeight | np.nda
 class SplitWeight:
     """A float-offset GGUF tensor W [N, K] = D + M, each piece exact in float32, for ONNX Runtime's fast kernels.
 
-    ``base`` holds D = fp32(q * s) as MatMulNBits with *integer* zero points (4-bit codes with zero point 0, or
-    5-bit codes on 8 bits shifted by 128 under the default zero point 128); ``offsets`` [N, K // block_size]
-    holds M, the file's offset added to every weight of a block (Q4_1's m, Q4_K's -dmin*min). Then
+    ``base`` holds D = (q - z) * s as MatMulNBits with *integer* zero points z per block (4-bit codes with uint8
+    zero points, or 5-bit codes on 8 bits as q - z + 128 under the default zero point 128); ``offsets``
+    [N, K // block_size] holds M = m + z * s, m the file's offset of the block (Q4_1's m, Q4_K's -dmin*min). Then
     x @ W^T = MatMulNBits(x; base) + blocksum(x) @ offsets^T, blocksum(x) [..., K // block_size] = the sums of x
     over each block. ``exact``: fp32(D + M) equals ``gguf.quants.dequantize`` bit for bit (-0 == +0).
     """
@@ -385,17 +385,34 @@ class SplitWeight:
 
 
 def _split_codes(c: _Codes, source_type: str) -> SplitWeight:
-    """Float-offset codes -> SplitWeight; ``exact``/``max_abs_err`` are filled in by the caller."""
+    """Float-offset codes -> SplitWeight; ``exact``/``max_abs_err`` are filled in by the caller.
+
+    w = q*s + m is written as (q - z)*s + (m + z*s) with an integer z per block chosen to centre the codes
+    (z = round(-m/s), so D ~ w and M is at most s/2): at accuracy_level 4 ORT rounds x to int8 for the D
+    part only, and that error times an uncentred D (all codes >= 0) would not cancel against the exact
+    blocksum(x) * m. Both pieces stay exact: (q - z)*s is exact in fp32 and z is kept only where m + z*s is
+    exactly a float32 (else z = 0, M = m); fp32(D + M) then rounds the same real number gguf rounds.
+    """
     n, k = c.q.shape
     nb = k // c.block_size
-    if c.levels <= 16:  # (u - 0) * s: the explicit uint8 zero point 0 keeps the fast integer kernel
-        bits, u, zp = 4, c.q, np.zeros(n * ((nb + 1) // 2), np.uint8)
-    else:  # 8-bit takes no zero-point input; the default 128 cancels the shift
-        bits, u, zp = 8, (c.q.astype(np.int16) + 128).astype(np.uint8), None
-    packed = _pack_rows(u, bits).reshape(n, nb, c.block_size * bits // 8)
+    s64, m64 = c.scales.astype(np.float64), -c.t.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.clip(np.rint(np.where(s64 != 0, -m64 / s64, 0)), 0, c.levels - 1)
+    m_new = m64 + z * s64
+    ok = m_new.astype(np.float32).astype(np.float64) == m_new
+    z = np.where(ok, z, 0).astype(np.int16)
+    offsets = np.where(ok, m_new, m64).astype(np.float32)
+    q = c.q.reshape(n, nb, -1).astype(np.int16)
+    if c.levels <= 16:  # (u - z) * s with uint8 zero points: the fast integer kernel
+        bits, u, zp = 4, q, _pack_rows(z.astype(np.uint8), 4).reshape(-1)
+    else:  # 8 bits: u = q - z + 128 under the default zero point 128 (no zero-point input)
+        bits, u, zp = 8, q - z[..., None] + 128, None
+    packed = _pack_rows(u.astype(np.uint8).reshape(n, k), bits).reshape(n, nb, c.block_size * bits // 8)
     base = QuantWeight(bits, c.block_size, k, n, packed, c.scales.reshape(-1).astype(np.float32), zp, False, 0.0,
                        source_type)
-    return SplitWeight(base, np.ascontiguousarray(-c.t, dtype=np.float32), False, 0.0, source_type)
+    d_real = (q - z[..., None]).astype(np.float64) * s64[..., None]  # the real D; fp32 must hold it exactly
+    d_exact = bool((dequantize(base).reshape(d_real.shape).astype(np.float64) == d_real).all())
+    return SplitWeight(replace(base, exact=d_exact), offsets, False, 0.0, source_type)
 
 
 def split_from_gguf(t: object) -> SplitWeight | QuantWeight | np.ndarray:
@@ -406,10 +423,8 @@ def split_from_gguf(t: object) -> SplitWeight | QuantWeight | np.ndarray:
         return from_gguf(t)
     sw = _split_codes(c, t.tensor_type.name)
     ref = _reference(t)
-    qs = c.q.reshape(sw.n, -1, c.block_size).astype(np.float32) * c.scales[..., None]  # fp32(q * s), as gguf forms it
-    d_exact, _ = _compare(dequantize(sw.base), qs.reshape(sw.n, sw.k))
     exact, err = _compare(dequantize(sw), ref)
-    return replace(sw, base=replace(sw.base, exact=d_exact), exact=exact and d_exact, max_abs_err=err)
+    return replace(sw, exact=exact and sw.base.exact, max_abs_err=err)
 
 
 def gather_from_gguf(t: object) -> GatherWeight | np.ndarray:
