@@ -20,6 +20,7 @@ from onnx import TensorProto, helper  # noqa: E402
 
 from edge_spec.errors import ExportError  # noqa: E402
 from edge_spec.export import gguf_quant as gq  # noqa: E402
+from edge_spec.export import gguf_split as gs  # noqa: E402
 
 T = gguf.GGMLQuantizationType
 # (type, byte ranges of its fp16 fields): the rest of each block is random code bytes
@@ -135,7 +136,7 @@ def test_integer_zero_point_option(tensors: dict, name: str) -> None:
     assert q.max_abs_err <= float(np.abs(ref).max()) / 100  # the other blocks: at worst re-quantized on 8 bits
 
 
-def split_session(sw: gq.SplitWeight, level: int) -> ort.InferenceSession:
+def split_session(sw: gs.SplitWeight, level: int) -> ort.InferenceSession:
     """The graph builder's own split subgraph: MatMulNBits(x; d*q) + blocksum(x) @ offsets^T, x [1, S, K]."""
     from edge_spec.export import onnx_graph
 
@@ -150,8 +151,8 @@ def test_split_pieces_are_exact_through_ort(tensors: dict, name: str) -> None:
     sum is a single 1.0, so the offset MatMul is exact) gives gguf's own dequantization bit for bit."""
     t = tensors[name]
     ref = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
-    sw = gq.split_from_gguf(t)
-    assert isinstance(sw, gq.SplitWeight) and sw.exact and sw.base.exact and sw.max_abs_err == 0
+    sw = gs.split_from_gguf(t)
+    assert isinstance(sw, gs.SplitWeight) and sw.exact and sw.base.exact and sw.max_abs_err == 0
     base = sw.base
     assert base.bits == (8 if name in ("Q5_1", "Q5_K") else 4)  # integer zero points only: the fast kernels
     assert base.zero_points is None or base.zero_points.dtype == np.uint8
@@ -180,10 +181,10 @@ def test_split_rows_fuse_exactly(tensors: dict, name: str) -> None:
     """q/k/v or gate/up as one node: concatenated SplitWeights give each part's outputs bit for bit."""
     from edge_spec.export import onnx_graph
 
-    sw = gq.split_from_gguf(tensors[name])
+    sw = gs.split_from_gguf(tensors[name])
     a, b = onnx_graph.take_rows(sw, np.arange(0, 16)), onnx_graph.take_rows(sw, np.arange(16, sw.n))
     fused = onnx_graph.concat_rows([a, b])
-    assert isinstance(fused, gq.SplitWeight) and fused.n == sw.n and fused.exact
+    assert isinstance(fused, gs.SplitWeight) and fused.n == sw.n and fused.exact
     assert bits_equal(gq.dequantize(fused), gq.dequantize(sw))
     assert onnx_graph.concat_rows([a, gq.from_gguf(tensors["Q4_0"])]) is None  # different encodings stay apart
     x = np.random.default_rng(2).standard_normal((1, 3, sw.k)).astype(np.float32)
@@ -196,9 +197,9 @@ def test_split_rows_fuse_exactly(tensors: dict, name: str) -> None:
 
 def test_split_leaves_integer_offset_types_alone(tensors: dict) -> None:
     for name in ("Q4_0", "Q8_0", "Q6_K"):
-        w = gq.split_from_gguf(tensors[name])
+        w = gs.split_from_gguf(tensors[name])
         assert isinstance(w, gq.QuantWeight) and w.exact
-    assert isinstance(gq.split_from_gguf(tensors["F16"]), np.ndarray)
+    assert isinstance(gs.split_from_gguf(tensors["F16"]), np.ndarray)
 
 
 @pytest.mark.parametrize("name", list(F16_FIELDS))

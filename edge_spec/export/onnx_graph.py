@@ -28,7 +28,7 @@ def is_quant(w: Weight) -> bool:
 
 
 def is_split(w: Weight) -> bool:
-    """A gguf_quant.SplitWeight: integer-offset MatMulNBits ``base`` + per-block ``offsets`` [N, K / block]."""
+    """A gguf_split.SplitWeight: integer-offset MatMulNBits ``base`` + per-block ``offsets`` [N, K / block]."""
     return hasattr(w, "base") and hasattr(w, "offsets")
 
 

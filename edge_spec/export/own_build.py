@@ -25,7 +25,7 @@ import numpy as np
 
 from edge_spec.errors import ExportError
 from edge_spec.export import gguf as gguf_src
-from edge_spec.export import gguf_quant
+from edge_spec.export import gguf_quant, gguf_split
 from edge_spec.export.onnx_graph import (
     EMBED_DATA,
     Decoder,
@@ -141,7 +141,7 @@ class Policy:
 def _convert(t: Any, policy: Policy) -> tuple[Any, str]:
     """A GGUF linear tensor [N, K] -> (graph weight, operator name)."""
     if policy.mode == "split":
-        w = gguf_quant.split_from_gguf(t)
+        w = gguf_split.split_from_gguf(t)
     else:
         w = gguf_quant.from_gguf(t, float_zero_points=policy.mode != "fast")
     if is_split(w) and w.exact and not (w.bits == 8 and policy.accuracy_level < 4):
