@@ -140,26 +140,30 @@ def _hf_logits(path: Path, ids: list[int]) -> np.ndarray:
         return model(torch.tensor([ids])).logits[0].numpy()
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3"])
+MODES = {"llama": "exact", "qwen2": "compact", "qwen3": "exact", "qwen2-split": "split", "llama-split": "split"}
+
+
+@pytest.fixture(scope="module", params=list(MODES))
 def gguf_bundle(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, Path]:
-    arch = request.param
-    root = tmp_path_factory.mktemp(f"gguf-{arch}")
+    """(arch, target GGUF, bundle); request.param "ARCH[-MODE]" picks the --gguf-mode (MODES)."""
+    arch, mode = request.param.split("-")[0], MODES[request.param]
+    root = tmp_path_factory.mktemp(f"gguf-{request.param}")
     target = write_tiny_gguf(root / "target.gguf", arch, 2, seed=1)
     drafter = write_tiny_gguf(root / "drafter.gguf", arch, 1, seed=2)
     prompts = root / "prompts.txt"
     prompts.write_text("chat:hello world\nchat:what is the capital of the world\ndef hello():\\n\n", encoding="utf-8")
     out = root / "bundle"
-    # qwen2: the compact encoding (MatMulNBits with float zero points for Q4_1); the others: exact (default)
+    # qwen2: the compact encoding (MatMulNBits with float zero points for Q4_1); split: Q4_1 as d*q + block offsets
     opts = ExportOptions(trim_vocab=120, calibration=prompts, max_context=128, measure_memory=False,
-                         target_quant=Quant("int4", 1), drafter_quant=Quant("int4", 4),
-                         gguf_mode="compact" if arch == "qwen2" else "exact")
+                         target_quant=Quant("int4", 1), drafter_quant=Quant("int4", 4), gguf_mode=mode)
     export_bundle(str(target), str(drafter), out, opts, progress=None)
-    return arch, target, out
+    return request.param, target, out
 
 
 @pytest.mark.slow
 def test_gguf_graph_matches_transformers_on_the_same_file(gguf_bundle: tuple[str, Path, Path]) -> None:
-    arch, target, out = gguf_bundle
+    key, target, out = gguf_bundle
+    arch = key.split("-")[0]
     m = read_manifest(out)
     assert m.target.architecture == {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
                                      "qwen3": "Qwen3ForCausalLM"}[arch]
@@ -173,7 +177,7 @@ def test_gguf_graph_matches_transformers_on_the_same_file(gguf_bundle: tuple[str
 
 @pytest.mark.slow
 def test_gguf_manifest_records_each_tensor(gguf_bundle: tuple[str, Path, Path]) -> None:
-    arch, _, out = gguf_bundle
+    key, _, out = gguf_bundle
     m = read_manifest(out)
     rows = {t["name"]: t for t in m.target.tensors}
     assert len(m.target.tensors) == 2 + 2 * 7
@@ -182,7 +186,20 @@ def test_gguf_manifest_records_each_tensor(gguf_bundle: tuple[str, Path, Path]) 
     assert (o["gguf_type"], o["exact"], o["onnx_op"], o["bits"]) == ("Q4_0", True, "MatMulNBits", 4)
     head, down, gate = rows["token_embd.weight (LM head)"], rows["blk.0.ffn_down.weight"], rows["blk.0.ffn_gate.weight"]
     assert down["gguf_type"] == "Q8_0" and down["exact"] and gate["gguf_type"] == "Q4_1"
-    if arch == "qwen2":  # compact: the file's blocks in MatMulNBits, at accuracy_level 1 too
+    if MODES[key] == "split":  # Q4_1 as MatMulNBits (integer zero points) + block offsets: exact, fast kernels
+        assert (gate["onnx_op"], gate["bits"], gate["exact"], gate["max_abs_err"]) == ("MatMulNBits+blocksum", 4,
+                                                                                       True, 0.0)
+        assert head["onnx_op"] == "MatMul (fp32 of the exact values)" and all(r["exact"] for r in m.target.tensors)
+        import onnx  # q/k/v (qwen2: all Q4_1) and gate/up (llama: Q4_1 + Q4_0, different encodings) fused or not
+
+        g = onnx.load(str(out / m.target.graph), load_external_data=False).graph
+        names = {n.name for n in g.node}
+        fused_qkv = key == "qwen2-split"
+        assert ("/model/layers.0/attn/qkv_proj/MatMulNBits" in names) == fused_qkv
+        assert ("/model/layers.0/mlp/gate_proj/MatMulNBits" in names) and "/model/layers.0/mlp/up_proj" in names
+        # the mask's, then one block sum per layer input feeding a split weight (shared by q/k/v): 2 layers x 2
+        assert sum(n.op_type == "ReduceSum" for n in g.node) == 1 + 2 * 2
+    elif key == "qwen2":  # compact: the file's blocks in MatMulNBits, at accuracy_level 1 too
         assert (head["onnx_op"], head["bits"], head["block"], head["exact"]) == ("MatMulNBits", 8, 32, True)
         assert gate["bits"] == 4 and gate["max_abs_err"] < 1e-6
     else:  # exact: 8-bit at level 1 and float zero points would hit ORT's slow fallbacks -> fp32 of the same values

@@ -20,6 +20,7 @@ from onnx import TensorProto, helper  # noqa: E402
 
 from edge_spec.errors import ExportError  # noqa: E402
 from edge_spec.export import gguf_quant as gq  # noqa: E402
+from edge_spec.export import gguf_split as gs  # noqa: E402
 
 T = gguf.GGMLQuantizationType
 # (type, byte ranges of its fp16 fields): the rest of each block is random code bytes
@@ -133,6 +134,72 @@ def test_integer_zero_point_option(tensors: dict, name: str) -> None:
     err = np.abs(got - ref).reshape(q.n, -1, q.block_size).max(axis=-1)
     assert natural.sum() > 20 and (err <= bound)[natural].all()
     assert q.max_abs_err <= float(np.abs(ref).max()) / 100  # the other blocks: at worst re-quantized on 8 bits
+
+
+def split_session(sw: gs.SplitWeight, level: int) -> ort.InferenceSession:
+    """The graph builder's own split subgraph: MatMulNBits(x; d*q) + blocksum(x) @ offsets^T, x [1, S, K]."""
+    from edge_spec.export import onnx_graph
+
+    g = onnx_graph._G()
+    onnx_graph._split_linear(g, "A", sw, "w", level, outputs=["Y"])
+    return session(g.nodes, g.inits, [helper.make_tensor_value_info("A", TensorProto.FLOAT, [1, None, sw.k])], "Y")
+
+
+@pytest.mark.parametrize("name", ["Q4_1", "Q4_K", "Q2_K", "Q5_1", "Q5_K"])
+def test_split_pieces_are_exact_through_ort(tensors: dict, name: str) -> None:
+    """W = D + M: ORT's D equals fp32(q * s) bit for bit, and the whole subgraph applied to the identity (every block
+    sum is a single 1.0, so the offset MatMul is exact) gives gguf's own dequantization bit for bit."""
+    t = tensors[name]
+    ref = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
+    sw = gs.split_from_gguf(t)
+    assert isinstance(sw, gs.SplitWeight) and sw.exact and sw.base.exact and sw.max_abs_err == 0
+    base = sw.base
+    assert base.bits == (8 if name in ("Q5_1", "Q5_K") else 4)  # integer zero points only: the fast kernels
+    assert base.zero_points is None or base.zero_points.dtype == np.uint8
+    codes = gq._codes(t)  # w = q*s - t; the split is D = (q - z)*s, M = z*s - t for an integer z per block
+    s64, t64 = codes.scales.astype(np.float64), codes.t.astype(np.float64)
+    d_ort = ort_weight(base).reshape(sw.n, -1, sw.block_size).astype(np.float64)  # D through ORT
+    z = (codes.q.reshape(d_ort.shape)[..., :1] - d_ort[..., :1] / np.where(s64 == 0, 1, s64)[..., None])[..., 0]
+    z = np.where(s64 == 0, 0, np.rint(z))
+    assert ((z >= 0) & (z < (16 if base.bits == 4 else 32))).all()
+    assert (d_ort == (codes.q.reshape(d_ort.shape) - z[..., None]) * s64[..., None]).all()  # D exact
+    assert (sw.offsets.astype(np.float64) == z * s64 - t64).all()  # M exact
+    centred = np.abs(sw.offsets) <= np.abs(codes.scales) * 0.5 + 1e-30
+    assert centred.mean() > 0.4  # most blocks' codes are centred (the offsets of random test blocks are wide)
+    got = split_session(sw, 1).run(None, {"A": np.eye(sw.k, dtype=np.float32)[None]})[0][0].T
+    assert bits_equal(got, ref) and bits_equal(gq.dequantize(sw), ref)
+    x = np.random.default_rng(1).standard_normal((1, 5, sw.k)).astype(np.float32)
+    want = x[0].astype(np.float64) @ ref.astype(np.float64).T
+    for level in (1, 4):  # a real input: the two GEMMs' rounding (level 4 also quantizes x to int8 per block)
+        y = split_session(sw, level).run(None, {"A": x})[0][0]
+        tol = (1e-5 if level == 1 else 2e-2) * np.abs(x).sum(-1, keepdims=True) * np.abs(ref).max()
+        assert (np.abs(y - want) <= tol).all(), (name, level, float(np.abs(y - want).max()))
+
+
+@pytest.mark.parametrize("name", ["Q4_1", "Q5_K"])
+def test_split_rows_fuse_exactly(tensors: dict, name: str) -> None:
+    """q/k/v or gate/up as one node: concatenated SplitWeights give each part's outputs bit for bit."""
+    from edge_spec.export import onnx_graph
+
+    sw = gs.split_from_gguf(tensors[name])
+    a, b = onnx_graph.take_rows(sw, np.arange(0, 16)), onnx_graph.take_rows(sw, np.arange(16, sw.n))
+    fused = onnx_graph.concat_rows([a, b])
+    assert isinstance(fused, gs.SplitWeight) and fused.n == sw.n and fused.exact
+    assert bits_equal(gq.dequantize(fused), gq.dequantize(sw))
+    assert onnx_graph.concat_rows([a, gq.from_gguf(tensors["Q4_0"])]) is None  # different encodings stay apart
+    x = np.random.default_rng(2).standard_normal((1, 3, sw.k)).astype(np.float32)
+    # 8 bits below level 4 is ORT's dequantize-then-GEMM fallback, whose sums depend on N (export never uses it)
+    for level in (1, 4) if sw.bits == 4 else (4,):
+        y = split_session(fused, level).run(None, {"A": x})[0]
+        parts = [split_session(w, level).run(None, {"A": x})[0] for w in (a, b)]
+        assert bits_equal(y, np.concatenate(parts, axis=-1)), level
+
+
+def test_split_leaves_integer_offset_types_alone(tensors: dict) -> None:
+    for name in ("Q4_0", "Q8_0", "Q6_K"):
+        w = gs.split_from_gguf(tensors[name])
+        assert isinstance(w, gq.QuantWeight) and w.exact
+    assert isinstance(gs.split_from_gguf(tensors["F16"]), np.ndarray)
 
 
 @pytest.mark.parametrize("name", list(F16_FIELDS))

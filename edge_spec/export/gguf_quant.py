@@ -51,6 +51,7 @@ Q5_1, Q5_K) use a small subgraph of standard operators (Gather, BitShift, Cast, 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -368,8 +369,13 @@ def gather_from_gguf(t: object) -> GatherWeight | np.ndarray:
     return replace(g, exact=exact, max_abs_err=err)
 
 
-def dequantize(q: QuantWeight | GatherWeight) -> np.ndarray:
-    """float32 [N, K] the way ONNX Runtime forms it (formulas measured, see the module docstring)."""
+def dequantize(q: QuantWeight | GatherWeight | Any) -> np.ndarray:
+    """float32 [N, K] the way ONNX Runtime forms it (formulas measured, see the module docstring).
+
+    For a ``gguf_split.SplitWeight``: fp32(D + M), the weight the two pieces stand for (the graph never forms it)."""
+    if hasattr(q, "base") and hasattr(q, "offsets"):
+        d = dequantize(q.base).reshape(q.n, -1, q.block_size)
+        return (d + q.offsets[..., None]).astype(np.float32).reshape(q.n, q.k)
     n, k, bs = q.n, q.k, q.block_size
     nb = k // bs
     u = _unpack_rows(q.packed.reshape(n, -1), q.bits, k).reshape(n, nb, bs).astype(np.float32)

@@ -27,6 +27,11 @@ def is_quant(w: Weight) -> bool:
     return hasattr(w, "packed") and hasattr(w, "scales")
 
 
+def is_split(w: Weight) -> bool:
+    """A gguf_split.SplitWeight: integer-offset MatMulNBits ``base`` + per-block ``offsets`` [N, K / block]."""
+    return hasattr(w, "base") and hasattr(w, "offsets")
+
+
 @dataclass
 class Layer:
     """One decoder layer. Linear weights are [N out, K in]; norms are [hidden] (q/k norms [head])."""
@@ -75,6 +80,8 @@ class GraphSpec:
 def take_rows(w: Weight, idx: np.ndarray) -> Weight:
     """Rows ``idx`` of a [N, K] weight (output channels); exact for quantized weights, blocks run along K."""
     idx = np.asarray(idx, dtype=np.int64)
+    if is_split(w):
+        return dataclasses.replace(w, base=take_rows(w.base, idx), offsets=np.ascontiguousarray(w.offsets[idx]))
     if not is_quant(w):
         return np.ascontiguousarray(w[idx])
     zp = w.zero_points
@@ -87,7 +94,7 @@ def take_rows(w: Weight, idx: np.ndarray) -> Weight:
 
 def unpermute_qk(w: Weight, n_heads: int) -> Weight:
     """Undo llama.cpp's q/k row permutation (interleaved-rope order -> HF's half-split order)."""
-    n = w.n if is_quant(w) else w.shape[0]
+    n = w.n if is_quant(w) or is_split(w) else w.shape[0]
     idx = np.arange(n).reshape(n_heads, n // n_heads // 2, 2).transpose(0, 2, 1).reshape(-1)
     return take_rows(w, idx)
 
@@ -99,6 +106,13 @@ def unpermute_vec(b: np.ndarray, n_heads: int) -> np.ndarray:
 
 def concat_rows(ws: list[Weight]) -> Weight | None:
     """Stack weights along N (q, k, v -> qkv) when they share one encoding; None when they do not."""
+    if any(is_split(w) for w in ws):
+        base = concat_rows([w.base for w in ws]) if all(is_split(w) for w in ws) else None
+        if base is None:
+            return None
+        return dataclasses.replace(ws[0], base=base, offsets=np.concatenate([w.offsets for w in ws]),
+                                   exact=all(w.exact for w in ws), max_abs_err=max(w.max_abs_err for w in ws),
+                                   source_type=base.source_type)
     if all(not is_quant(w) for w in ws):
         return np.concatenate([np.asarray(w, dtype=np.float32) for w in ws], axis=0)
     if not all(is_quant(w) for w in ws):
@@ -135,6 +149,7 @@ class _G:
         self.nodes: list[Any] = []
         self.inits: list[Any] = []
         self._names: set[str] = set()
+        self.blocksums: dict[tuple[str, int], str] = {}  # (input, block) -> its block sums, shared by q/k/v etc.
 
     def init(self, name: str, arr: np.ndarray) -> str:
         from onnx import numpy_helper
@@ -153,8 +168,31 @@ class _G:
         return outs
 
 
+def _blocksum(g: _G, x: str, k: int, block: int) -> str:
+    """[1, S, K] -> [1, S, K / block]: the sum of x over each block of ``block`` along K (once per input)."""
+    key = (x, block)
+    if key not in g.blocksums:
+        name = f"{x.rsplit('/output_', 1)[0]}/blocksum{block}"
+        shape = g.init(f"blocksum.shape.{k}.{block}", np.array([0, 0, k // block, block], dtype=np.int64))
+        xb = g.node("Reshape", [x, shape], f"{name}/Reshape")[0]
+        g.blocksums[key] = g.node("ReduceSum", [xb, g.init("axes_last", np.array([-1], dtype=np.int64))],
+                                  f"{name}/ReduceSum", keepdims=0)[0]
+    return g.blocksums[key]
+
+
+def _split_linear(g: _G, x: str, w: Weight, name: str, level: int, outputs: list[str] | None = None) -> str:
+    """y = x @ W^T for a SplitWeight: MatMulNBits(x; d*q, integer zero points) + blocksum(x) @ offsets^T."""
+    d = _linear(g, x, w.base, f"{name}/MatMulNBits", level)
+    mb = g.init(f"{name}.block_offsets", np.ascontiguousarray(w.offsets.T, dtype=np.float32))  # [K / block, N]
+    m = g.node("MatMul", [_blocksum(g, x, w.k, w.block_size), mb], f"{name}/offsets/MatMul")[0]
+    return g.node("Add", [d, m], f"{name}/offsets/Add", outputs=outputs)[0]
+
+
 def _linear(g: _G, x: str, w: Weight, name: str, level: int) -> str:
-    """y = x @ W^T for W [N, K]: MatMulNBits for a QuantWeight, MatMul otherwise."""
+    """y = x @ W^T for W [N, K]: MatMulNBits for a QuantWeight, MatMulNBits + block offsets for a SplitWeight,
+    MatMul otherwise."""
+    if is_split(w):
+        return _split_linear(g, x, w, name, level)
     if is_quant(w):
         ins = [x, g.init(f"{name}.qweight", w.packed), g.init(f"{name}.scales", w.scales.reshape(-1))]
         if w.zero_points is not None:
@@ -203,6 +241,8 @@ def _lm_head(g: _G, x: str, dec: Decoder, level: int) -> str:
         return g.node("MatMulNBits", [x, "embed.blocks", "embed.scales"], "/lm_head/MatMulNBits", outputs=["logits"],
                       domain="com.microsoft", K=w.k, N=w.n, bits=w.bits, block_size=w.block_size,
                       accuracy_level=level)[0]
+    if is_split(w):
+        return _split_linear(g, x, w, "/lm_head", level, outputs=["logits"])
     if is_quant(w):
         ins = [x, g.init("lm_head.qweight", w.packed), g.init("lm_head.scales", w.scales.reshape(-1))]
         if w.zero_points is not None:
@@ -258,8 +298,14 @@ def _attention(g: _G, x: str, i: int, L: Layer, spec: GraphSpec, seqlens: str, t
 
 def _mlp(g: _G, x: str, i: int, L: Layer, spec: GraphSpec) -> str:
     p = f"/model/layers.{i}/mlp"
-    gate = _linear(g, x, L.gate, f"{p}/gate_proj", spec.accuracy_level)
-    up = _linear(g, x, L.up, f"{p}/up_proj", spec.accuracy_level)
+    fused = concat_rows([L.gate, L.up]) if all(is_quant(w) or is_split(w) for w in (L.gate, L.up)) else None
+    if fused is not None:  # one kernel launch instead of two; rows are independent, so this is exact
+        gu = _linear(g, x, fused, f"{p}/gate_up_proj", spec.accuracy_level)
+        n = g.init(f"{p}/gate_up_proj.split", np.array([L.gate.n, L.up.n], dtype=np.int64))
+        gate, up = g.node("Split", [gu, n], f"{p}/gate_up_proj/Split", n_out=2, axis=-1)
+    else:
+        gate = _linear(g, x, L.gate, f"{p}/gate_proj", spec.accuracy_level)
+        up = _linear(g, x, L.up, f"{p}/up_proj", spec.accuracy_level)
     sig = g.node("Sigmoid", [gate], f"{p}/act_fn/Sigmoid")[0]
     act = g.node("Mul", [gate, sig], f"{p}/act_fn/Mul")[0]
     h = g.node("Mul", [act, up], f"{p}/Mul")[0]
@@ -309,7 +355,7 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
     x = g.node("SkipSimplifiedLayerNormalization", [residual, prev_out, w_f], "/model/norm", n_out=4,
                domain="com.microsoft", epsilon=eps)[0]
     _lm_head(g, x, dec, spec.accuracy_level)
-    vocab_out = dec.lm_head.n if is_quant(dec.lm_head) else np.asarray(dec.lm_head).shape[0]
+    vocab_out = dec.lm_head.n if is_quant(dec.lm_head) or is_split(dec.lm_head) else np.asarray(dec.lm_head).shape[0]
 
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64
     n_layers = len(dec.layers)

@@ -25,7 +25,7 @@ import numpy as np
 
 from edge_spec.errors import ExportError
 from edge_spec.export import gguf as gguf_src
-from edge_spec.export import gguf_quant
+from edge_spec.export import gguf_quant, gguf_split
 from edge_spec.export.onnx_graph import (
     EMBED_DATA,
     Decoder,
@@ -33,6 +33,7 @@ from edge_spec.export.onnx_graph import (
     Layer,
     build_decoder,
     is_quant,
+    is_split,
     take_rows,
     unpermute_qk,
 )
@@ -100,6 +101,8 @@ def distilled_source(name: str, target: Source | None) -> Source:
 
 
 def weight_bytes(w: Any) -> int:
+    if is_split(w):
+        return weight_bytes(w.base) + int(w.offsets.nbytes)
     if is_quant(w):
         return int(w.packed.nbytes + w.scales.nbytes + (0 if w.zero_points is None else w.zero_points.nbytes))
     return int(np.asarray(w).nbytes)
@@ -107,7 +110,7 @@ def weight_bytes(w: Any) -> int:
 
 def _entry(name: str, w: Any, gguf_type: str, op: str) -> dict[str, Any]:
     """One manifest ``tensors`` row: source type, operator, bits/block, exact, max |graph - source|."""
-    if is_quant(w):
+    if is_quant(w) or is_split(w):
         return {"name": name, "gguf_type": gguf_type, "onnx_op": op, "bits": int(w.bits),
                 "block": int(w.block_size), "exact": bool(w.exact), "max_abs_err": float(w.max_abs_err),
                 "bytes": weight_bytes(w)}
@@ -115,7 +118,8 @@ def _entry(name: str, w: Any, gguf_type: str, op: str) -> dict[str, Any]:
             "max_abs_err": 0.0, "bytes": weight_bytes(w)}
 
 
-MODES = ("exact", "fast", "compact")
+MODES = ("exact", "split", "fast", "compact")
+SPLIT_OP = "MatMulNBits+blocksum"  # manifest onnx_op of a SplitWeight
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,9 @@ class Policy:
 
     exact: every weight equals the file's; what ONNX Runtime can only run through its slow fallbacks (float
     zero points, 8 bits below accuracy_level 4) becomes an fp32 MatMul of the exact values instead.
+    split: float-offset types (Q4_1, Q4_K, Q2_K, Q5_1, Q5_K) as W = D + M: MatMulNBits with integer zero points
+    for D = d*q plus a MatMul of the per-block sums of x with the block offsets M (both exact, fast kernels);
+    otherwise as exact.
     fast: Q4_1/Q4_K/Q2_K as 8-bit integer zero points (not exact, error <= s/32); run it at accuracy_level 4.
     compact: MatMulNBits everywhere, float zero points included (smallest; slow fallbacks on CPU)."""
 
@@ -133,13 +140,18 @@ class Policy:
 
 def _convert(t: Any, policy: Policy) -> tuple[Any, str]:
     """A GGUF linear tensor [N, K] -> (graph weight, operator name)."""
-    w = gguf_quant.from_gguf(t, float_zero_points=policy.mode != "fast")
-    if not is_quant(w):
+    if policy.mode == "split":
+        w = gguf_split.split_from_gguf(t)
+    else:
+        w = gguf_quant.from_gguf(t, float_zero_points=policy.mode != "fast")
+    if is_split(w) and w.exact and not (w.bits == 8 and policy.accuracy_level < 4):
+        return w, SPLIT_OP
+    if not is_quant(w) and not is_split(w):
         return w, "MatMul"
-    float_zp = w.zero_points is not None and w.zero_points.dtype == np.float32
+    float_zp = is_quant(w) and w.zero_points is not None and w.zero_points.dtype == np.float32
     slow = float_zp or (w.bits == 8 and policy.accuracy_level < 4)
-    if policy.mode == "exact" and (slow or not w.exact):
-        import gguf
+    if is_split(w) or (policy.mode in ("exact", "split") and (slow or not w.exact)):
+        import gguf  # a SplitWeight here is 8 bits below level 4 (slow kernel) or inexact: exact mode's fallback
 
         ref = np.asarray(gguf.quants.dequantize(np.asarray(t.data), t.tensor_type), dtype=np.float32)
         return ref.reshape(w.n, w.k), "MatMul (fp32 of the exact values)"

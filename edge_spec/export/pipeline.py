@@ -93,7 +93,7 @@ class ExportOptions:
     trust_remote_code: bool = False
     measure_memory: bool = True
     lm_head: str | None = None  # HF builder path: "int8" or "fp32" keeps the LM head above the body precision
-    gguf_mode: str = "exact"  # exact | fast | compact: how GGUF tensors are encoded (own_build.Policy)
+    gguf_mode: str = "exact"  # exact | split | fast | compact: how GGUF tensors are encoded (own_build.Policy)
 
 
 Progress = Callable[[str], None]
