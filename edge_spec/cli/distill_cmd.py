@@ -34,7 +34,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target", required=True, type=Path, metavar="GGUF_OR_DIR", help="target model")
     p.add_argument("--out", required=True, type=Path, metavar="DRAFTER_DIR", help="drafter directory (resumed)")
     p.add_argument("--minutes", type=_positive(float), metavar="N",
-                   help="wall budget for data generation + training (default: --steps / --data-jobs decide)")
+                   help="wall budget for data generation (40%%) + training (default 60, or none when both "
+                        "--steps and --data-jobs are given)")
     p.add_argument("--prompts", type=Path, metavar="FILE", help="extra user prompts, one per line")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--seed", type=int, default=0)
