@@ -28,10 +28,11 @@ from edge_spec.fetch import SMOLLM2, fetch_model
 
 DEMO_DRAFTER = Path(edge_spec.__file__).resolve().parents[1] / "models" / "smollm2-drafter"
 DEMO_TARGET = SMOLLM2
-# How the demo is exported: the file's own blocks, carried over exactly, as fast 4-bit kernels plus exact
-# block offsets, with int8 activations (--gguf-mode split, accuracy level 4: docs/export.md has the measured
-# trade-off; `--gguf-mode exact` keeps fp32 activations and matches transformers on 30/30 prompts, 2x slower).
-EXPORT_ARGS: tuple[str, ...] = ("--gguf-mode", "split", "--target-quant", "int4:4")
+# How the demo is exported: the defaults, i.e. the file's weights carried over exactly and fp32 activations
+# (--gguf-mode exact, accuracy level 1), which match transformers fp32 on the same file on 30/30 chat prompts.
+# The faster int8-activation graphs (--gguf-mode split|fast with --target-quant int4:4) agree on only 8-11/30
+# and answer "What is the capital of France?" with "L'Étoile, ..." (as llama.cpp does on this file).
+EXPORT_ARGS: tuple[str, ...] = ()
 EXPORT_TIME = "about 3 minutes on 2 CPU cores"  # measured: README states the same (a test checks)
 ROLES = ("target", "drafter")
 _HASHED = (".safetensors", ".json")  # the drafter's weights and config
