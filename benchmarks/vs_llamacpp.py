@@ -34,7 +34,7 @@ def prompt_ids(bundle: Path, n: int) -> list[list[int]]:
     from edge_spec import Engine
 
     eng = Engine.load(bundle, drafting="none", max_context=256)
-    return [list(eng._encode_chat(eng.render_chat(chat_messages(p)))) for p in CHAT_PROMPTS[:n]]
+    return [[int(t) for t in eng.encode_chat(chat_messages(p))] for p in CHAT_PROMPTS[:n]]
 
 
 def vm_hwm(pid: int) -> int:
