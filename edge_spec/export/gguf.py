@@ -7,13 +7,13 @@ builds the decoder graph from them. Nothing here dequantizes a quantized weight.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from edge_spec.errors import ExportError
+from edge_spec.fetch import file_sha256  # noqa: F401  (re-exported: own_build reads it from here)
 
 GGUF_MAGIC = b"GGUF"
 # GGUF architecture -> (HF architecture, q/k rows permuted for GGML's interleaved rope, q/k/v bias, q/k norm)
@@ -59,14 +59,6 @@ def is_gguf(path: str | Path) -> bool:
             return p.is_file() and f.read(4) == GGUF_MAGIC
     except OSError:
         return False
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _field_value(f: Any) -> Any:
