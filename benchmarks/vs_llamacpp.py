@@ -49,8 +49,8 @@ def llamacpp(gguf: Path, ids: list[list[int]], *, tokens: int, temperature: floa
              context: int, draft: Path | None = None, draft_max: int = 8) -> dict[str, Any]:
     from llamacpp import LlamaServer
 
-    extra = ["-md", str(draft), "--draft-max", str(draft_max), "--draft-min", "0", "-td", str(threads)] \
-        if draft else []
+    extra = ["-md", str(draft), "--spec-draft-n-max", str(draft_max), "--spec-draft-n-min", "0",
+             "-td", str(threads)] if draft else []
     with LlamaServer(gguf, threads=threads, context=context, extra=extra) as srv:
         srv.complete(ids[0], 8, temperature=temperature)  # warm-up
         per_repeat, ttft, drafted, accepted = [], [], 0, 0
@@ -68,6 +68,14 @@ def llamacpp(gguf: Path, ids: list[list[int]], *, tokens: int, temperature: floa
         return {"tokens_per_s": statistics.median(per_repeat), "tokens_per_s_repeats": per_repeat,
                 "ttft_ms": statistics.median(ttft), "peak_rss": vm_hwm(srv.pid),
                 "acceptance": accepted / drafted if drafted else None}
+
+
+def guarded(fn, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """One system's measurement, or its error (the other rows still run)."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:  # a peer that fails to start is a row, not the end of the run
+        return {"error": f"{exc.__class__.__name__}: {str(exc)[:200]}"}
 
 
 def edge(bundle: Path, ids: list[list[int]], *, tokens: int, temperature: float, repeats: int, threads: int,
@@ -97,10 +105,11 @@ def main() -> int:
         tag = "greedy" if temp == 0 else f"T={temp}"
         rows[f"edge-spec AR {tag}"] = edge(args.bundle, ids, temperature=temp, speculative=False, **common)
         rows[f"edge-spec speculative {tag}"] = edge(args.bundle, ids, temperature=temp, speculative=True, **common)
-        rows[f"llama.cpp AR {tag}"] = llamacpp(args.gguf, ids, temperature=temp, context=args.context, **common)
+        rows[f"llama.cpp AR {tag}"] = guarded(llamacpp, args.gguf, ids, temperature=temp, context=args.context,
+                                              **common)
         if args.draft_gguf:
-            rows[f"llama.cpp speculative {tag}"] = llamacpp(args.gguf, ids, temperature=temp, context=args.context,
-                                                            draft=args.draft_gguf, **common)
+            rows[f"llama.cpp speculative {tag}"] = guarded(llamacpp, args.gguf, ids, temperature=temp,
+                                                           context=args.context, draft=args.draft_gguf, **common)
     print(f"\n{len(ids)} chat prompts x {args.repeats} repeats, {args.tokens} new tokens, {args.threads} threads")
     print("| system | tokens/s | TTFT ms | peak RSS MiB | acceptance |\n|---|---:|---:|---:|---:|")
     for name, r in rows.items():
