@@ -80,14 +80,25 @@ def test_peak_rss_stays_within_the_budget(bundle, record_property):
     assert tight["mode"] == "speculative" and tight["ctx"] < free["ctx"]
     assert tight["peak"] <= budget, tight["plan"] + f"\npeak {tight['peak'] / MiB:.1f} MiB"
     # 2) a budget the drafter does not fit: the planner degrades to prompt lookup and still keeps the promise
-    ar_bound = _lower_bound(m, free["baseline"])
-    small = ar_bound + 256 * m.target.kv_bytes_per_token
+    small = _lookup_bound(m, free["baseline"]) + 300 * m.target.kv_bytes_per_token
     assert plan_memory(m, small, free["baseline"]).mode == "lookup"
     low = _child(PROMISE, str(bundle), str(small))
     assert low["mode"] == "lookup"
     assert low["peak"] <= small, low["plan"] + f"\npeak {low['peak'] / MiB:.1f} MiB"
     print(f"\npeak {tight['peak'] / MiB:.1f} MiB <= budget {budget / MiB:.1f} MiB (speculative, ctx {tight['ctx']}); "
           f"peak {low['peak'] / MiB:.1f} MiB <= budget {small / MiB:.1f} MiB (lookup, ctx {low['ctx']})")
+
+
+def _lookup_bound(m, baseline: int) -> int:
+    """Smallest budget (to 4 KiB) at which the planner picks prompt lookup (below it: plain AR, smaller chunks)."""
+    lo, hi = _lower_bound(m, baseline), 1 << 36
+    while hi - lo > 4096:
+        mid = (lo + hi) // 2
+        if plan_memory(m, mid, baseline).mode == "ar":
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
 def _lower_bound(m, baseline: int) -> int:
