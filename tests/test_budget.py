@@ -34,7 +34,8 @@ ATTN = 4 * PREFILL_CHUNK * 4  # attention scores per context token: heads x rows
 def fixed_spec(gamma: int = 8) -> int:
     t_rows, d_rows = max(PREFILL_CHUNK, gamma + 1), PREFILL_CHUNK
     return (BASE + 100 * MiB + 20 * MiB + t_rows * 8192 * 4 + d_rows * 1024 * 4
-            + 2 * (t_rows * 8192 * 4 + gamma * 1024 * 4 + 1024 * 4) + max(WS[16], WS[16]) + SLACK_BYTES)
+            + 2 * (t_rows * 8192 * 4 + gamma * 1024 * 4 + 1024 * 4 + gamma * 8192 * 4) + max(WS[16], WS[16])
+            + SLACK_BYTES)
 
 
 def test_parse_budget():

@@ -7,8 +7,8 @@ Resident bytes of a generation, as we account them:
 * per model: ``load_bytes`` (what creating the ORT session added, measured at export),
   KV ``kv_bytes_per_token x max_context`` (preallocated, touched at load), logits buffer
   ``rows x vocab x 4`` (rows = the largest pass: max(prefill chunk, gamma + 1));
-* sampling scratch: probabilities for the target rows and the drafter's gamma rows, twice
-  (numpy temporaries of the same size live briefly during a transform);
+* sampling scratch: probabilities for the target rows, the drafter's gamma rows and each draft's
+  q over target ids, twice (numpy temporaries of the same size live briefly during a transform);
 * workspace: the measured peak of one forward pass of k tokens. Passes run one after another,
   so only the largest of them counts, not their sum; plus the attention scores of that pass,
   which grow with context (heads x rows x context x 4 B) and were measured at a 1-token past;
@@ -118,6 +118,7 @@ def _layout(m: Manifest, mode: str, gamma: int, chunk: int,
         items += _model_items("drafter", d, 0, d_rows)
         per_token += d.kv_bytes_per_token
         scratch += gamma * d.vocab_size * 4 + (m.vocab_trim.kept * 4 if m.vocab_trim else 0)
+        scratch += gamma * m.target.vocab_size * 4  # q of each draft over target ids (the rejection rule)
         work.append(d.workspace_for(d_rows))
     items = [(w, b) for w, b in items if "KV cache" not in w]
     per_token += _attention_per_token(m, mode, t_rows, d_rows)
