@@ -34,7 +34,6 @@ DEMO_TARGET = SMOLLM2
 # and answer "What is the capital of France?" with "L'Étoile, ..." (as llama.cpp does on this file).
 EXPORT_ARGS: tuple[str, ...] = ()
 EXPORT_TIME = "about 1.5 minutes on 2 CPU cores"  # measured: README states the same (a test checks)
-ROLES = ("target", "drafter")
 _HASHED = (".safetensors", ".json")  # the drafter's weights and config
 
 

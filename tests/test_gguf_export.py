@@ -280,7 +280,7 @@ def _distilled_dir(path: Path, target_sha: str, layers: int = 1) -> Path:
 
 @pytest.mark.slow
 def test_distilled_drafter_shares_the_target_embedding(tmp_path: Path) -> None:
-    from edge_spec.export.gguf import file_sha256
+    from edge_spec.fetch import file_sha256
     from edge_spec.runtime.engine import Engine
 
     target = write_tiny_gguf(tmp_path / "t.gguf", "llama", 2, seed=1)

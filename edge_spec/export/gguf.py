@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from edge_spec.errors import ExportError
-from edge_spec.fetch import file_sha256  # noqa: F401  (re-exported: own_build reads it from here)
 
 GGUF_MAGIC = b"GGUF"
 # GGUF architecture -> (HF architecture, q/k rows permuted for GGML's interleaved rope, q/k/v bias, q/k norm)

@@ -37,6 +37,7 @@ from edge_spec.export.onnx_graph import (
     take_rows,
     unpermute_qk,
 )
+from edge_spec.fetch import file_sha256
 
 DRAFTER_KEY = "edge_spec_drafter"
 _QK_HEADS = {"q": "num_attention_heads", "k": "num_key_value_heads"}
@@ -69,7 +70,7 @@ def is_distilled_dir(path: Path) -> bool:
 def gguf_source(name: str, role: str) -> Source:
     m = gguf_src.read_gguf(name, role)
     return Source(name=name, kind="gguf", architecture=m.architecture, config=m.config,
-                  sha256=gguf_src.file_sha256(m.path), gguf=m)
+                  sha256=file_sha256(m.path), gguf=m)
 
 
 def distilled_source(name: str, target: Source | None) -> Source:
