@@ -21,7 +21,11 @@ ARCHITECTURES: dict[str, tuple[str, bool, bool, bool]] = {
     "mistral": ("MistralForCausalLM", False, False, False),
     "qwen2": ("Qwen2ForCausalLM", False, True, False),
     "qwen3": ("Qwen3ForCausalLM", False, False, True),
+    "phi3": ("Phi3ForCausalLM", False, False, False),
+    "gemma2": ("Gemma2ForCausalLM", False, False, False),
+    "gemma3": ("Gemma3ForCausalLM", False, False, True),
 }
+GEMMA = ("gemma2", "gemma3")
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,10 @@ def _config(arch: str, meta: dict[str, Any], tensors: dict[str, Any], role: str,
                           "not support yet; use a model with plain or linear rope scaling.")
     if scaling == "linear":
         cfg["rope_scaling"] = {"rope_type": "linear", "factor": float(meta.get(f"{arch}.rope.scaling.factor", 1.0))}
+    if arch == "phi3":
+        _phi3_checks(meta, tensors, cfg, role, name)
+    if arch in GEMMA:
+        _gemma_config(arch, meta, cfg)
     for key in ("bos", "eos"):
         v = meta.get(f"tokenizer.ggml.{key}_token_id")
         if v is not None:
@@ -129,6 +137,46 @@ def _config(arch: str, meta: dict[str, Any], tensors: dict[str, Any], role: str,
         cfg[k] = int(cfg[k])
     cfg["rope_theta"], cfg["rms_norm_eps"] = float(cfg["rope_theta"]), float(cfg["rms_norm_eps"])
     return cfg
+
+
+def _phi3_checks(meta: dict[str, Any], tensors: dict[str, Any], cfg: dict[str, Any], role: str, name: str) -> None:
+    """Refuse the Phi-3 variants transformers' GGUF loader reads wrongly (so nothing could check our graph)."""
+    if any(t.startswith("rope_factors_") for t in tensors):
+        raise ExportError(f"The {role} GGUF '{name}' is a long-context Phi-3 (LongRoPE rope_factors_long/short), "
+                          "which transformers' GGUF loader does not support; use a 4k-context Phi-3 GGUF.")
+    rot = meta.get("phi3.rope.dimension_count")
+    if rot is not None and int(rot) != cfg["head_dim"]:
+        raise ExportError(f"The {role} GGUF '{name}' rotates {int(rot)} of {cfg['head_dim']} head dimensions "
+                          "(partial rotary, e.g. Phi-4-mini), which edge-spec's GGUF exporter does not support.")
+
+
+def _gemma_config(arch: str, meta: dict[str, Any], cfg: dict[str, Any]) -> None:
+    """Gemma 2/3 hyperparameters as llama.cpp reads them (src/models/gemma2.cpp, gemma3.cpp), in HF config keys.
+
+    transformers' GGUF loader reads only ``sliding_window`` of these and takes its config defaults for the
+    rest; llama.cpp's values are the file's own (its converter wrote them), so they win here."""
+    n = cfg["num_hidden_layers"]
+    # the attention scale: 1/sqrt(head_dim), except the 27B models (46 / 62 layers): 1/sqrt(hidden / heads)
+    big = n == (46 if arch == "gemma2" else 62)
+    cfg["query_pre_attn_scalar"] = float(cfg["hidden_size"] // cfg["num_attention_heads"] if big else cfg["head_dim"])
+    cfg["hidden_activation"] = "gelu_pytorch_tanh"
+    soft = {"attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0} if arch == "gemma2" else {}
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        v = meta.get(f"{arch}.{key}", soft.get(key))
+        cfg[key] = float(v) if v else None
+    window = meta.get(f"{arch}.attention.sliding_window", 4096 if arch == "gemma2" else None)
+    pattern = meta.get(f"{arch}.attention.sliding_window_pattern", 2 if arch == "gemma2" else 6)
+    if not window:  # a Gemma 3 without a window: every layer global
+        local = [False] * n
+    elif isinstance(pattern, list):  # per-layer flags
+        local = [bool(x) for x in pattern][:n]
+    else:  # llama.cpp's set_swa_pattern: every n-th layer global, the others local
+        p = int(pattern)
+        local = [p == 0 or i % p < p - 1 for i in range(n)]
+    cfg["sliding_window"] = int(window) if window else None
+    cfg["layer_types"] = ["sliding_attention" if x else "full_attention" for x in local]
+    base = meta.get(f"{arch}.rope.freq_base_swa")
+    cfg["rope_local_base_freq"] = float(base) if base else (10000.0 if arch == "gemma3" else None)
 
 
 def save_tokenizer(model: GGUFModel, out_dir: Path) -> None:

@@ -50,6 +50,8 @@ class Layer:
     v_bias: np.ndarray | None = None
     q_norm: np.ndarray | None = None
     k_norm: np.ndarray | None = None
+    post_attn_norm: np.ndarray | None = None  # Gemma 2/3 "sandwich" norms on the attention / MLP outputs
+    post_ffn_norm: np.ndarray | None = None
 
 
 @dataclass
@@ -75,6 +77,15 @@ class GraphSpec:
     accuracy_level: int = 4
     rope_factors: tuple[float, ...] | None = None  # per-frequency divisors (GGUF rope_freqs, Llama 3)
     rope_linear: float = 1.0  # linear rope scaling factor
+    # Gemma 2/3 (defaults leave the llama / qwen graph unchanged):
+    embed_scale: float | None = None  # embedding rows times this (sqrt(hidden)), in fp32
+    attn_scale: float | None = None  # q.k scale; None = 1 / sqrt(head_dim)
+    attn_softcap: float = 0.0  # GroupQueryAttention softcap: cap * tanh(scores / cap)
+    final_softcap: float = 0.0  # logits = cap * tanh(logits / cap)
+    activation: str = "silu"  # gated MLP activation: "silu" | "gelu_tanh"
+    local_layers: tuple[bool, ...] | None = None  # per layer: sliding-window attention
+    sliding_window: int = -1  # keys a query sees in a local layer, itself included (HF ``sliding_window``)
+    local_rope_theta: float | None = None  # local layers' own rope base (Gemma 3), unscaled; None = the global caches
 
 
 def take_rows(w: Weight, idx: np.ndarray) -> Weight:
@@ -235,22 +246,22 @@ def _embedding(g: _G, dec: Decoder) -> str:
     return g.node("Gather", [g.init("embed.weight", arr.astype(np.float32)), "input_ids"], "/embed/Gather")[0]
 
 
-def _lm_head(g: _G, x: str, dec: Decoder, level: int) -> str:
+def _lm_head(g: _G, x: str, dec: Decoder, level: int, out: str = "logits") -> str:
     w = dec.lm_head
     if w is dec.embed and is_quant(w) and not hasattr(w, "op"):  # tied: the embedding's own blocks
-        return g.node("MatMulNBits", [x, "embed.blocks", "embed.scales"], "/lm_head/MatMulNBits", outputs=["logits"],
+        return g.node("MatMulNBits", [x, "embed.blocks", "embed.scales"], "/lm_head/MatMulNBits", outputs=[out],
                       domain="com.microsoft", K=w.k, N=w.n, bits=w.bits, block_size=w.block_size,
                       accuracy_level=level)[0]
     if is_split(w):
-        return _split_linear(g, x, w, "/lm_head", level, outputs=["logits"])
+        return _split_linear(g, x, w, "/lm_head", level, outputs=[out])
     if is_quant(w):
         ins = [x, g.init("lm_head.qweight", w.packed), g.init("lm_head.scales", w.scales.reshape(-1))]
         if w.zero_points is not None:
             ins.append(g.init("lm_head.zero_points", w.zero_points.reshape(-1)))
-        return g.node("MatMulNBits", ins, "/lm_head/MatMulNBits", outputs=["logits"], domain="com.microsoft",
+        return g.node("MatMulNBits", ins, "/lm_head/MatMulNBits", outputs=[out], domain="com.microsoft",
                       K=w.k, N=w.n, bits=w.bits, block_size=w.block_size, accuracy_level=level)[0]
     wt = np.ascontiguousarray(np.asarray(w, dtype=np.float32).T)
-    return g.node("MatMul", [x, g.init("lm_head.weight", wt)], "/lm_head/MatMul", outputs=["logits"])[0]
+    return g.node("MatMul", [x, g.init("lm_head.weight", wt)], "/lm_head/MatMul", outputs=[out])[0]
 
 
 def _head_norm(g: _G, x: str, w: np.ndarray, heads: int, spec: GraphSpec, name: str) -> str:
@@ -261,6 +272,14 @@ def _head_norm(g: _G, x: str, w: np.ndarray, heads: int, spec: GraphSpec, name: 
     n = g.node("SimplifiedLayerNormalization", [x4, g.init(f"{name}.weight", w.astype(np.float32))], name,
                epsilon=spec.rms_eps, axis=-1, stash_type=1)[0]
     return g.node("Reshape", [n, flat], f"{name}/Reshape3")[0]
+
+
+def _window(spec: GraphSpec, i: int) -> int:
+    """GroupQueryAttention's local_window_size for layer ``i``: the keys a query sees, itself included (ONNX
+    Runtime's CPU kernel), which is HF's ``sliding_window`` and llama.cpp's n_swa; -1 = full attention."""
+    if spec.local_layers is None or not spec.local_layers[i] or spec.sliding_window <= 0:
+        return -1
+    return int(spec.sliding_window)
 
 
 def _attention(g: _G, x: str, i: int, L: Layer, spec: GraphSpec, seqlens: str, total: str) -> str:
@@ -287,12 +306,16 @@ def _attention(g: _G, x: str, i: int, L: Layer, spec: GraphSpec, seqlens: str, t
             outs[0] = _head_norm(g, outs[0], L.q_norm, spec.heads, spec, f"{p}/q_norm")
             outs[1] = _head_norm(g, outs[1], L.k_norm, spec.kv_heads, spec, f"{p}/k_norm")
         qkv_in = outs
+    local = spec.local_layers is not None and spec.local_layers[i]
+    cache = "_local" if local and spec.local_rope_theta is not None else ""
     att = g.node("GroupQueryAttention",
                  [*qkv_in, f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens, total,
-                  "cos_cache", "sin_cache"], f"{p}/GroupQueryAttention", domain="com.microsoft",
+                  f"cos_cache{cache}", f"sin_cache{cache}"], f"{p}/GroupQueryAttention", domain="com.microsoft",
                  outputs=[f"{p}/GroupQueryAttention/output_0", f"present.{i}.key", f"present.{i}.value"],
-                 num_heads=spec.heads, kv_num_heads=spec.kv_heads, scale=float(1.0 / np.sqrt(spec.head_dim)),
-                 do_rotary=1, rotary_interleaved=0, local_window_size=-1, softcap=0.0)[0]
+                 num_heads=spec.heads, kv_num_heads=spec.kv_heads,
+                 scale=float(1.0 / np.sqrt(spec.head_dim) if spec.attn_scale is None else spec.attn_scale),
+                 do_rotary=1, rotary_interleaved=0, local_window_size=_window(spec, i),
+                 softcap=float(spec.attn_softcap))[0]
     return _linear(g, att, L.o, f"{p}/o_proj", lvl)
 
 
@@ -306,10 +329,19 @@ def _mlp(g: _G, x: str, i: int, L: Layer, spec: GraphSpec) -> str:
     else:
         gate = _linear(g, x, L.gate, f"{p}/gate_proj", spec.accuracy_level)
         up = _linear(g, x, L.up, f"{p}/up_proj", spec.accuracy_level)
-    sig = g.node("Sigmoid", [gate], f"{p}/act_fn/Sigmoid")[0]
-    act = g.node("Mul", [gate, sig], f"{p}/act_fn/Mul")[0]
+    if spec.activation == "gelu_tanh":  # Gemma: gelu_pytorch_tanh (ONNX Gelu-20, tanh approximation)
+        act = g.node("Gelu", [gate], f"{p}/act_fn/Gelu", approximate="tanh")[0]
+    else:
+        sig = g.node("Sigmoid", [gate], f"{p}/act_fn/Sigmoid")[0]
+        act = g.node("Mul", [gate, sig], f"{p}/act_fn/Mul")[0]
     h = g.node("Mul", [act, up], f"{p}/Mul")[0]
     return _linear(g, h, L.down, f"{p}/down_proj", spec.accuracy_level)
+
+
+def _rms(g: _G, x: str, w: np.ndarray, name: str, eps: float) -> str:
+    """A plain RMSNorm of ``x`` [1, S, hidden] with weight ``w`` (Gemma's post-attention / post-MLP norms)."""
+    return g.node("SimplifiedLayerNormalization", [x, g.init(f"{name}.weight", w.astype(np.float32))], f"/{name}",
+                  epsilon=eps, axis=-1, stash_type=1)[0]
 
 
 EMBED_DATA = "embed.data"  # the embedding's own external-data file (identical bytes in target and drafter)
@@ -327,6 +359,11 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
     cos, sin = rope_caches(spec)
     g.init("cos_cache", cos)
     g.init("sin_cache", sin)
+    if spec.local_rope_theta is not None:  # Gemma 3: local layers rotate with their own base, unscaled
+        lcos, lsin = rope_caches(dataclasses.replace(spec, rope_theta=spec.local_rope_theta, rope_factors=None,
+                                                     rope_linear=1.0))
+        g.init("cos_cache_local", lcos)
+        g.init("sin_cache_local", lsin)
     one = g.init("one_i64", np.array([1], dtype=np.int64))
     total_sum = g.node("ReduceSum", ["attention_mask", one], "/mask/ReduceSum", keepdims=0)[0]
     seqlens = g.node("Cast", [g.node("Sub", [total_sum, one], "/mask/Sub")[0]], "/mask/Cast", to=6)[0]
@@ -335,6 +372,9 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
     total = g.node("Cast", [total], "/mask/Gather/Cast", to=6)[0]
 
     h = _embedding(g, dec)
+    if spec.embed_scale is not None:  # Gemma: embeddings times sqrt(hidden), in fp32 as transformers and GGML
+        h = g.node("Mul", [h, g.init("embed_scale", np.array(spec.embed_scale, dtype=np.float32))],
+                   "/embed/Scale")[0]
     residual, prev_out = h, None
     eps = float(spec.rms_eps)
     for i, L in enumerate(dec.layers):
@@ -347,14 +387,23 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
             x, _, _, residual = g.node("SkipSimplifiedLayerNormalization", [residual, prev_out, w_in],
                                        f"{p}/input_layernorm", n_out=4, domain="com.microsoft", epsilon=eps)
         a = _attention(g, x, i, L, spec, seqlens, total)
+        if L.post_attn_norm is not None:
+            a = _rms(g, a, L.post_attn_norm, f"model.layers.{i}.post_attention_norm", eps)
         w_post = g.init(f"model.layers.{i}.post_attention_layernorm.weight", L.ffn_norm.astype(np.float32))
         x, _, _, residual = g.node("SkipSimplifiedLayerNormalization", [residual, a, w_post],
                                    f"{p}/post_attention_layernorm", n_out=4, domain="com.microsoft", epsilon=eps)
         prev_out = _mlp(g, x, i, L, spec)
+        if L.post_ffn_norm is not None:
+            prev_out = _rms(g, prev_out, L.post_ffn_norm, f"model.layers.{i}.post_feedforward_layernorm", eps)
     w_f = g.init("model.norm.weight", dec.final_norm.astype(np.float32))
     x = g.node("SkipSimplifiedLayerNormalization", [residual, prev_out, w_f], "/model/norm", n_out=4,
                domain="com.microsoft", epsilon=eps)[0]
-    _lm_head(g, x, dec, spec.accuracy_level)
+    if spec.final_softcap > 0:  # Gemma 2: logits = cap * tanh(logits / cap), in the order transformers uses
+        cap = g.init("final_softcap", np.array(spec.final_softcap, dtype=np.float32))
+        z = g.node("Div", [_lm_head(g, x, dec, spec.accuracy_level, out="/lm_head/output"), cap], "/softcap/Div")[0]
+        g.node("Mul", [g.node("Tanh", [z], "/softcap/Tanh")[0], cap], "/softcap/Mul", outputs=["logits"])
+    else:
+        _lm_head(g, x, dec, spec.accuracy_level)
     vocab_out = dec.lm_head.n if is_quant(dec.lm_head) or is_split(dec.lm_head) else np.asarray(dec.lm_head).shape[0]
 
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64

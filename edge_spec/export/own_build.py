@@ -204,6 +204,28 @@ def _head_and_embedding(m: gguf_src.GGUFModel, report: list, kept: np.ndarray | 
     return embed, head
 
 
+def _qkv(m: gguf_src.GGUFModel, b: str, report: list, pol: Policy) -> tuple[Any, Any, Any]:
+    """q, k, v [rows, hidden] of block ``b``: three tensors, or Phi-3's fused attn_qkv cut by rows (exact)."""
+    if b + "attn_qkv.weight" not in m.tensors:
+        return (_gguf_linear(m, b + "attn_q.weight", report, "q", pol),
+                _gguf_linear(m, b + "attn_k.weight", report, "k", pol),
+                _gguf_linear(m, b + "attn_v.weight", report, None, pol))
+    qkv = _gguf_linear(m, b + "attn_qkv.weight", report, None, pol)
+    c = m.config
+    nq, nk = c["num_attention_heads"] * c["head_dim"], c["num_key_value_heads"] * c["head_dim"]
+    return tuple(take_rows(qkv, np.arange(lo, hi)) for lo, hi in ((0, nq), (nq, nq + nk), (nq + nk, nq + 2 * nk)))
+
+
+def _gate_up(m: gguf_src.GGUFModel, b: str, report: list, pol: Policy) -> tuple[Any, Any]:
+    """gate, up [ffn, hidden] of block ``b``; Phi-3 has no ffn_gate: its ffn_up holds gate then up rows."""
+    if b + "ffn_gate.weight" in m.tensors:
+        return (_gguf_linear(m, b + "ffn_gate.weight", report, None, pol),
+                _gguf_linear(m, b + "ffn_up.weight", report, None, pol))
+    gu = _gguf_linear(m, b + "ffn_up.weight", report, None, pol)
+    ff = int(m.config["intermediate_size"])
+    return take_rows(gu, np.arange(ff)), take_rows(gu, np.arange(ff, 2 * ff))
+
+
 def gguf_decoder(m: gguf_src.GGUFModel, layers: int | None = None, kept: np.ndarray | None = None,
                  policy: Policy | None = None) -> tuple[Decoder, list[dict[str, Any]]]:
     """GGUF tensors -> :class:`Decoder` (first ``layers`` layers when given; LM head rows ``kept``).
@@ -217,14 +239,14 @@ def gguf_decoder(m: gguf_src.GGUFModel, layers: int | None = None, kept: np.ndar
     for i in range(n_layers):
         b = f"blk.{i}."
         try:
-            L = Layer(q=_gguf_linear(m, b + "attn_q.weight", report, "q", pol),
-                      k=_gguf_linear(m, b + "attn_k.weight", report, "k", pol),
-                      v=_gguf_linear(m, b + "attn_v.weight", report, None, pol),
-                      o=_gguf_linear(m, b + "attn_output.weight", report, None, pol),
-                      gate=_gguf_linear(m, b + "ffn_gate.weight", report, None, pol),
-                      up=_gguf_linear(m, b + "ffn_up.weight", report, None, pol),
-                      down=_gguf_linear(m, b + "ffn_down.weight", report, None, pol),
+            q, k, v = _qkv(m, b, report, pol)
+            gate, up = _gate_up(m, b, report, pol)
+            L = Layer(q=q, k=k, v=v, o=_gguf_linear(m, b + "attn_output.weight", report, None, pol),
+                      gate=gate, up=up, down=_gguf_linear(m, b + "ffn_down.weight", report, None, pol),
                       attn_norm=_f32(m, b + "attn_norm.weight"), ffn_norm=_f32(m, b + "ffn_norm.weight"))
+            if m.gguf_arch in gguf_src.GEMMA:  # GGUF Gemma norms hold 1 + w already: the graph's RMSNorm weight
+                L.post_attn_norm = _f32(m, b + "post_attention_norm.weight")
+                L.post_ffn_norm = _f32(m, b + "post_ffw_norm.weight")
         except KeyError as exc:
             raise ExportError(f"The GGUF '{m.name}' has no tensor {exc.args[0]}; the file is incomplete or not a "
                               f"plain {m.gguf_arch} decoder.") from None
@@ -286,13 +308,25 @@ def graph_spec(cfg: dict[str, Any], max_context: int, accuracy_level: int, m: gg
     if m is not None and "rope_freqs.weight" in m.tensors:  # Llama 3 style frequency factors
         factors = tuple(float(x) for x in _f32(m, "rope_freqs.weight"))
     scaling = cfg.get("rope_scaling") or {}
+    gemma = {}
+    if cfg.get("model_type") in gguf_src.GEMMA:
+        types = cfg.get("layer_types") or []
+        local = cfg.get("rope_local_base_freq")
+        gemma = dict(embed_scale=float(np.sqrt(np.float32(cfg["hidden_size"]))),
+                     attn_scale=float(cfg["query_pre_attn_scalar"]) ** -0.5,
+                     attn_softcap=float(cfg.get("attn_logit_softcapping") or 0.0),
+                     final_softcap=float(cfg.get("final_logit_softcapping") or 0.0), activation="gelu_tanh",
+                     local_layers=tuple(t == "sliding_attention" for t in types) or None,
+                     sliding_window=int(cfg.get("sliding_window") or -1),
+                     local_rope_theta=None if local is None else float(local))
     return GraphSpec(hidden=int(cfg["hidden_size"]), heads=int(cfg["num_attention_heads"]),
                      kv_heads=int(cfg["num_key_value_heads"]), head_dim=int(cfg["head_dim"]),
                      rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
                      rope_theta=float(cfg.get("rope_theta") or (cfg.get("rope_parameters") or {}).get("rope_theta",
                                                                                                         10000.0)),
                      max_context=max_context, accuracy_level=accuracy_level, rope_factors=factors,
-                     rope_linear=float(scaling.get("factor", 1.0)) if scaling.get("rope_type") == "linear" else 1.0)
+                     rope_linear=float(scaling.get("factor", 1.0)) if scaling.get("rope_type") == "linear" else 1.0,
+                     **gemma)
 
 
 def build(src: Source, out_dir: Path, max_context: int, accuracy_level: int, bits: int | None = 4,

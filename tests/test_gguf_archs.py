@@ -1,0 +1,210 @@
+"""GGUF in for Phi-3, Gemma 2 and Gemma 3: tiny random files written here with the metadata keys and tensor names
+llama.cpp's converter writes (gguf.constants MODEL_TENSORS), Q4_0 / Q4_1 / Q8_0 tensors, exported with their own
+quantization; the graph's logits match transformers loading the same file, the architecture's special parts
+(sliding window, soft-capping, local rope base) demonstrably matter, and greedy speculative == greedy AR."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_gguf_export import CHATML, SPECIALS, _vocab
+
+from edge_spec.bundle import read_manifest
+from edge_spec.errors import ExportError
+from edge_spec.export.measure import Decoder
+from edge_spec.export.pipeline import ExportOptions, Quant, export_bundle
+
+gguf = pytest.importorskip("gguf")
+Q = gguf.GGMLQuantizationType
+HIDDEN, FFN, HEADS, KV_HEADS, HEAD = 64, 128, 4, 2, 16
+WINDOW = 4  # Gemma sliding window in the tiny files: far shorter than the test prompts
+SOFTCAP = {"attn_logit_softcapping": 1.0, "final_logit_softcapping": 5.0}  # small, so that they bite
+LAYERS = {"phi3": 2, "gemma2": 2, "gemma3": 6}  # Gemma 3: layers 0-4 local, layer 5 global (pattern 6)
+HF_ARCH = {"phi3": "Phi3ForCausalLM", "gemma2": "Gemma2ForCausalLM", "gemma3": "Gemma3ForCausalLM"}
+
+
+def write_arch_gguf(path: Path, arch: str, layers: int, seed: int, extra_tensors: dict | None = None) -> Path:
+    """A random ``arch`` (phi3 | gemma2 | gemma3) decoder as llama.cpp's converter lays it out; Q8_0 embedding."""
+    tokens, merges = _vocab()
+    vocab = len(tokens)
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(layers)
+    w.add_context_length(256)
+    w.add_embedding_length(HIDDEN)
+    w.add_feed_forward_length(FFN)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV_HEADS)
+    w.add_layer_norm_rms_eps(1e-6)
+    if arch == "phi3":  # as conversion/phi.py writes it (sliding_window: llama.cpp disables Phi-3 SWA)
+        w.add_rope_scaling_orig_ctx_len(256)
+        w.add_rope_dimension_count(HEAD)
+        w.add_rope_freq_base(10000.0)
+        w.add_sliding_window(2047)
+    else:  # conversion/gemma.py: head_dim as key/value length, window, soft caps (Gemma 2 only), Gemma 3 rope base
+        w.add_key_length(HEAD)
+        w.add_value_length(HEAD)
+        w.add_sliding_window(WINDOW)
+        if arch == "gemma2":
+            w.add_attn_logit_softcapping(SOFTCAP["attn_logit_softcapping"])
+            w.add_final_logit_softcapping(SOFTCAP["final_logit_softcapping"])
+        else:
+            w.add_rope_freq_base(1_000_000.0)
+    w.add_vocab_size(vocab)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([3] * len(SPECIALS) + [1] * (vocab - len(SPECIALS)))
+    w.add_token_merges(merges)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_pad_token_id(0)  # transformers' Phi-3 default (32000) is past the tiny vocabulary
+    w.add_unk_token_id(0)  # transformers' Gemma tokenizer converter needs one
+    w.add_add_bos_token(False)
+    w.add_chat_template(CHATML)
+
+    def lin(name: str, n: int, k: int, qtype: Q) -> None:
+        w.add_tensor(name, gguf.quants.quantize(rng.normal(0, 0.08, (n, k)).astype(np.float32), qtype),
+                     raw_dtype=qtype)
+
+    def norm(name: str, n: int = HIDDEN) -> None:  # Gemma files store 1 + w; any value is a valid RMSNorm weight
+        w.add_tensor(name, (1 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+
+    emb = np.random.default_rng(0).normal(0, 0.5, (vocab, HIDDEN)).astype(np.float32)
+    w.add_tensor("token_embd.weight", gguf.quants.quantize(emb, Q.Q8_0), raw_dtype=Q.Q8_0)
+    if arch == "phi3":  # Phi-3 has its own LM head
+        lin("output.weight", vocab, HIDDEN, Q.Q8_0)
+    norm("output_norm.weight")
+    for name, arr in (extra_tensors or {}).items():
+        w.add_tensor(name, arr)
+    for i in range(layers):
+        b = f"blk.{i}."
+        norm(b + "attn_norm.weight")
+        norm(b + "ffn_norm.weight")
+        if arch == "phi3":  # fused q|k|v rows and fused gate|up rows
+            lin(b + "attn_qkv.weight", (HEADS + 2 * KV_HEADS) * HEAD, HIDDEN, Q.Q4_0)
+            lin(b + "ffn_up.weight", 2 * FFN, HIDDEN, Q.Q4_1)
+        else:
+            lin(b + "attn_q.weight", HEADS * HEAD, HIDDEN, Q.Q4_0)
+            lin(b + "attn_k.weight", KV_HEADS * HEAD, HIDDEN, Q.Q4_1)
+            lin(b + "attn_v.weight", KV_HEADS * HEAD, HIDDEN, Q.Q8_0)
+            lin(b + "ffn_gate.weight", FFN, HIDDEN, Q.Q4_1)
+            lin(b + "ffn_up.weight", FFN, HIDDEN, Q.Q4_0)
+            norm(b + "post_attention_norm.weight")
+            norm(b + "post_ffw_norm.weight")
+        if arch == "gemma3":
+            norm(b + "attn_q_norm.weight", HEAD)
+            norm(b + "attn_k_norm.weight", HEAD)
+        lin(b + "attn_output.weight", HIDDEN, HEADS * HEAD, Q.Q4_0)
+        lin(b + "ffn_down.weight", HIDDEN, FFN, Q.Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def _hf_logits(path: Path, ids: list[int], **overrides: object) -> np.ndarray:
+    """transformers on the same file. Its GGUF loader reads neither Gemma's soft caps nor its attention scale
+    (it keeps config defaults: 50 / 30 and query_pre_attn_scalar 256); the file's values (what llama.cpp uses)
+    are passed here, as ``overrides`` can change them to show they matter."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    kw: dict[str, object] = {}
+    if "gemma" in path.stem:
+        kw = {"query_pre_attn_scalar": HEAD, "attn_implementation": "eager"}
+        if "gemma2" in path.stem:
+            kw.update(SOFTCAP)
+    kw.update(overrides)
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32, **kw)
+    assert type(model).__name__ == HF_ARCH[path.stem.split("-")[0]]
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].numpy()
+
+
+IDS = [1, 60, 61, 300, 5, 100, 250, 2, 7, 9, 11, 40, 77, 200, 3]  # 15 tokens: well past the window of 4
+
+
+@pytest.fixture(scope="module", params=list(LAYERS))
+def arch_bundle(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, Path]:
+    arch = request.param
+    root = tmp_path_factory.mktemp(f"gguf-{arch}")
+    target = write_arch_gguf(root / f"{arch}-target.gguf", arch, LAYERS[arch], seed=1)
+    drafter = write_arch_gguf(root / f"{arch}-drafter.gguf", arch, 1, seed=2)
+    prompts = root / "prompts.txt"
+    prompts.write_text("chat:hello world\nchat:what is the capital of the world\n", encoding="utf-8")
+    opts = ExportOptions(trim_vocab=None, calibration=prompts, max_context=128, measure_memory=False,
+                         target_quant=Quant("int4", 1), drafter_quant=Quant("int4", 4), gguf_mode="exact")
+    export_bundle(str(target), str(drafter), root / "bundle", opts, progress=None)
+    return arch, target, root / "bundle"
+
+
+def _ours(out: Path) -> np.ndarray:
+    m = read_manifest(out)
+    return Decoder(out / m.target.graph, 64, m.target.head_size).forward(IDS, 0)
+
+
+def _close(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(np.allclose(a, b, atol=2e-4 * max(1.0, np.abs(b).max()), rtol=0))
+
+
+@pytest.mark.slow
+def test_arch_graph_matches_transformers(arch_bundle: tuple[str, Path, Path]) -> None:
+    arch, target, out = arch_bundle
+    m = read_manifest(out)
+    assert m.target.architecture == HF_ARCH[arch]
+    ours, ref = _ours(out), _hf_logits(target, IDS)
+    assert ours.shape == ref.shape == (len(IDS), len(_vocab()[0]))
+    np.testing.assert_allclose(ours, ref, atol=2e-4 * max(1.0, np.abs(ref).max()), rtol=0)
+    assert (ours.argmax(-1) == ref.argmax(-1)).all()
+    rows = {t["name"]: t for t in m.target.tensors}
+    assert all(r["exact"] for r in m.target.tensors)
+    if arch == "phi3":  # the fused tensors are recorded once, under their GGUF names
+        assert rows["blk.0.attn_qkv.weight"]["gguf_type"] == "Q4_0" and "blk.0.ffn_gate.weight" not in rows
+        assert rows["output.weight (LM head)"]["gguf_type"] == "Q8_0"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch_bundle", ["gemma2", "gemma3"], indirect=True)
+def test_gemma_special_parts_matter(arch_bundle: tuple[str, Path, Path]) -> None:
+    """Without the window / the soft caps / Gemma 3's local rope base, transformers gives other logits: the
+    match above depends on each of them."""
+    arch, target, out = arch_bundle
+    ours = _ours(out)
+    assert not _close(ours, _hf_logits(target, IDS, sliding_window=4096))
+    if arch == "gemma2":
+        assert not _close(ours, _hf_logits(target, IDS, attn_logit_softcapping=None))
+        assert not _close(ours, _hf_logits(target, IDS, final_logit_softcapping=None))
+        assert np.abs(ours).max() <= SOFTCAP["final_logit_softcapping"]
+    else:
+        rope = {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e6}}
+        assert not _close(ours, _hf_logits(target, IDS, rope_parameters=rope))
+
+
+@pytest.mark.slow
+def test_arch_greedy_speculative_equals_ar(arch_bundle: tuple[str, Path, Path]) -> None:
+    from edge_spec.runtime.engine import Engine
+
+    _, _, out = arch_bundle
+    engine = Engine.load(out, max_context=128)
+    cfg = {"max_new_tokens": 24, "stop_token_ids": ()}
+    drafted = 0
+    for prompt in ("hello world", "what is the capital of the world and the hello"):
+        ar = engine.generate(prompt, cfg, speculative=False).token_ids
+        sd = engine.generate(prompt, cfg, draft_length=3)
+        drafted += sd.stats.drafted
+        assert sd.token_ids == ar, prompt
+    assert drafted > 0
+
+
+def test_long_context_phi3_is_refused(tmp_path: Path) -> None:
+    factors = np.ones(HEAD // 2, np.float32)
+    bad = write_arch_gguf(tmp_path / "phi3-long.gguf", "phi3", 1, seed=3,
+                          extra_tensors={"rope_factors_long.weight": factors, "rope_factors_short.weight": factors})
+    with pytest.raises(ExportError, match=r"long-context Phi-3 \(LongRoPE.*use a 4k-context Phi-3 GGUF\.$"):
+        export_bundle(str(bad), str(bad), tmp_path / "out", ExportOptions(), progress=None)
+    assert not (tmp_path / "out").exists()
