@@ -25,7 +25,8 @@ LAYERS = {"phi3": 2, "gemma2": 2, "gemma3": 6}  # Gemma 3: layers 0-4 local, lay
 HF_ARCH = {"phi3": "Phi3ForCausalLM", "gemma2": "Gemma2ForCausalLM", "gemma3": "Gemma3ForCausalLM"}
 
 
-def write_arch_gguf(path: Path, arch: str, layers: int, seed: int, extra_tensors: dict | None = None) -> Path:
+def write_arch_gguf(path: Path, arch: str, layers: int, seed: int, extra_tensors: dict | None = None,
+                    rope_linear: float | None = None) -> Path:
     """A random ``arch`` (phi3 | gemma2 | gemma3) decoder as llama.cpp's converter lays it out; Q8_0 embedding."""
     tokens, merges = _vocab()
     vocab = len(tokens)
@@ -52,6 +53,9 @@ def write_arch_gguf(path: Path, arch: str, layers: int, seed: int, extra_tensors
             w.add_final_logit_softcapping(SOFTCAP["final_logit_softcapping"])
         else:
             w.add_rope_freq_base(1_000_000.0)
+        if rope_linear:  # Gemma 3 4B+: linear scaling of the global layers' rope
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(rope_linear)
     w.add_vocab_size(vocab)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
@@ -136,7 +140,7 @@ def arch_bundle(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     drafter = write_arch_gguf(root / f"{arch}-drafter.gguf", arch, 1, seed=2)
     prompts = root / "prompts.txt"
     prompts.write_text("chat:hello world\nchat:what is the capital of the world\n", encoding="utf-8")
-    opts = ExportOptions(trim_vocab=None, calibration=prompts, max_context=128, measure_memory=False,
+    opts = ExportOptions(trim_vocab=120, calibration=prompts, max_context=128, measure_memory=False,
                          target_quant=Quant("int4", 1), drafter_quant=Quant("int4", 4), gguf_mode="exact")
     export_bundle(str(target), str(drafter), root / "bundle", opts, progress=None)
     return arch, target, root / "bundle"
@@ -208,3 +212,46 @@ def test_long_context_phi3_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match=r"long-context Phi-3 \(LongRoPE.*use a 4k-context Phi-3 GGUF\.$"):
         export_bundle(str(bad), str(bad), tmp_path / "out", ExportOptions(), progress=None)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_gemma3_rope_scaling_applies_to_global_layers_only(tmp_path: Path) -> None:
+    """A Gemma 3 4B-style file (linear rope factor 8): llama.cpp scales the global layers' rope only. transformers'
+    GGUF loader ignores the scaling, so the reference gets it as a config override."""
+    from edge_spec.export import own_build
+
+    target = write_arch_gguf(tmp_path / "gemma3-scaled.gguf", "gemma3", LAYERS["gemma3"], seed=1, rope_linear=8.0)
+    src = own_build.gguf_source(str(target), "target")
+    graph = own_build.build(src, tmp_path / "g", 64, 1)
+    ours = Decoder(graph, 64, HEAD).forward(IDS, 0)
+    rope = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
+    ref = _hf_logits(target, IDS, rope_parameters=rope)
+    np.testing.assert_allclose(ours, ref, atol=2e-4 * max(1.0, np.abs(ref).max()), rtol=0)
+    assert not _close(ours, _hf_logits(target, IDS))  # unscaled: other logits
+
+
+def test_gemma_hyperparameters_follow_llama_cpp() -> None:
+    """The rules of llama.cpp's gemma2.cpp / gemma3.cpp for what transformers' loader does not read."""
+    from edge_spec.export.gguf import _gemma_config
+
+    def cfg(layers: int, hidden: int = 4608, heads: int = 32, head_dim: int = 128) -> dict:
+        return {"num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": heads, "head_dim": head_dim}
+
+    big = cfg(46)  # Gemma 2 27B: scale by hidden / heads (144), not head_dim (128)
+    _gemma_config("gemma2", {}, big)
+    assert big["query_pre_attn_scalar"] == 144.0 and big["sliding_window"] == 4096
+    assert (big["attn_logit_softcapping"], big["final_logit_softcapping"]) == (50.0, 30.0)
+    assert big["layer_types"][:3] == ["sliding_attention", "full_attention", "sliding_attention"]
+    small = cfg(26, 2304, 8, 256)
+    _gemma_config("gemma3", {"gemma3.attention.sliding_window": 512}, small)
+    assert small["query_pre_attn_scalar"] == 256.0 and small["attn_logit_softcapping"] is None
+    assert [i for i, t in enumerate(small["layer_types"]) if t == "full_attention"] == [5, 11, 17, 23]
+    assert small["rope_local_base_freq"] == 10000.0 and small["sliding_window"] == 512
+    flags = cfg(4)
+    _gemma_config("gemma3", {"gemma3.attention.sliding_window": 8,
+                             "gemma3.attention.sliding_window_pattern": [True, False, False, True]}, flags)
+    assert flags["layer_types"] == ["sliding_attention", "full_attention", "full_attention", "sliding_attention"]
+    none = cfg(6)  # a Gemma 3 written without a window: every layer global
+    _gemma_config("gemma3", {}, none)
+    assert set(none["layer_types"]) == {"full_attention"} and none["sliding_window"] is None
