@@ -22,11 +22,12 @@ HIDDEN, FFN, HEADS, KV_HEADS, HEAD = 64, 128, 4, 2, 16
 WINDOW = 4  # Gemma sliding window in the tiny files: far shorter than the test prompts
 SOFTCAP = {"attn_logit_softcapping": 1.0, "final_logit_softcapping": 5.0}  # small, so that they bite
 LAYERS = {"phi3": 2, "gemma2": 2, "gemma3": 6}  # Gemma 3: layers 0-4 local, layer 5 global (pattern 6)
+MODES = {"phi3-split": "split", "gemma3-compact": "compact"}  # --gguf-mode; the plain keys use "exact"
 HF_ARCH = {"phi3": "Phi3ForCausalLM", "gemma2": "Gemma2ForCausalLM", "gemma3": "Gemma3ForCausalLM"}
 
 
 def write_arch_gguf(path: Path, arch: str, layers: int, seed: int, extra_tensors: dict | None = None,
-                    rope_linear: float | None = None) -> Path:
+                    rope_linear: float | None = None, rot_dims: int = HEAD) -> Path:
     """A random ``arch`` (phi3 | gemma2 | gemma3) decoder as llama.cpp's converter lays it out; Q8_0 embedding."""
     tokens, merges = _vocab()
     vocab = len(tokens)
@@ -41,7 +42,7 @@ def write_arch_gguf(path: Path, arch: str, layers: int, seed: int, extra_tensors
     w.add_layer_norm_rms_eps(1e-6)
     if arch == "phi3":  # as conversion/phi.py writes it (sliding_window: llama.cpp disables Phi-3 SWA)
         w.add_rope_scaling_orig_ctx_len(256)
-        w.add_rope_dimension_count(HEAD)
+        w.add_rope_dimension_count(rot_dims)
         w.add_rope_freq_base(10000.0)
         w.add_sliding_window(2047)
     else:  # conversion/gemma.py: head_dim as key/value length, window, soft caps (Gemma 2 only), Gemma 3 rope base
@@ -132,18 +133,19 @@ def _hf_logits(path: Path, ids: list[int], **overrides: object) -> np.ndarray:
 IDS = [1, 60, 61, 300, 5, 100, 250, 2, 7, 9, 11, 40, 77, 200, 3]  # 15 tokens: well past the window of 4
 
 
-@pytest.fixture(scope="module", params=list(LAYERS))
+@pytest.fixture(scope="module", params=[*LAYERS, *MODES])
 def arch_bundle(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, Path]:
-    arch = request.param
-    root = tmp_path_factory.mktemp(f"gguf-{arch}")
+    """(arch, target GGUF, bundle); request.param "ARCH[-MODE]" picks the --gguf-mode (MODES, default exact)."""
+    arch, mode = request.param.split("-")[0], MODES.get(request.param, "exact")
+    root = tmp_path_factory.mktemp(f"gguf-{request.param}")
     target = write_arch_gguf(root / f"{arch}-target.gguf", arch, LAYERS[arch], seed=1)
     drafter = write_arch_gguf(root / f"{arch}-drafter.gguf", arch, 1, seed=2)
     prompts = root / "prompts.txt"
     prompts.write_text("chat:hello world\nchat:what is the capital of the world\n", encoding="utf-8")
     opts = ExportOptions(trim_vocab=120, calibration=prompts, max_context=128, measure_memory=False,
-                         target_quant=Quant("int4", 1), drafter_quant=Quant("int4", 4), gguf_mode="exact")
+                         target_quant=Quant("int4", 1), drafter_quant=Quant("int4", 4), gguf_mode=mode)
     export_bundle(str(target), str(drafter), root / "bundle", opts, progress=None)
-    return arch, target, root / "bundle"
+    return request.param, target, root / "bundle"
 
 
 def _ours(out: Path) -> np.ndarray:
@@ -157,7 +159,8 @@ def _close(a: np.ndarray, b: np.ndarray) -> bool:
 
 @pytest.mark.slow
 def test_arch_graph_matches_transformers(arch_bundle: tuple[str, Path, Path]) -> None:
-    arch, target, out = arch_bundle
+    key, target, out = arch_bundle
+    arch = key.split("-")[0]
     m = read_manifest(out)
     assert m.target.architecture == HF_ARCH[arch]
     ours, ref = _ours(out), _hf_logits(target, IDS)
@@ -165,10 +168,15 @@ def test_arch_graph_matches_transformers(arch_bundle: tuple[str, Path, Path]) ->
     np.testing.assert_allclose(ours, ref, atol=2e-4 * max(1.0, np.abs(ref).max()), rtol=0)
     assert (ours.argmax(-1) == ref.argmax(-1)).all()
     rows = {t["name"]: t for t in m.target.tensors}
-    assert all(r["exact"] for r in m.target.tensors)
+    if MODES.get(key) == "compact":  # Q4_1 as MatMulNBits with float zero points: equal up to rounding
+        assert max(r["max_abs_err"] for r in m.target.tensors) < 1e-6
+    else:
+        assert all(r["exact"] for r in m.target.tensors)
     if arch == "phi3":  # the fused tensors are recorded once, under their GGUF names
         assert rows["blk.0.attn_qkv.weight"]["gguf_type"] == "Q4_0" and "blk.0.ffn_gate.weight" not in rows
         assert rows["output.weight (LM head)"]["gguf_type"] == "Q8_0"
+        split = key == "phi3-split"  # the fused Q4_1 gate|up as d*q + block offsets, cut into gate and up
+        assert (rows["blk.0.ffn_up.weight"]["onnx_op"] == "MatMulNBits+blocksum") == split
 
 
 @pytest.mark.slow
@@ -205,12 +213,15 @@ def test_arch_greedy_speculative_equals_ar(arch_bundle: tuple[str, Path, Path]) 
     assert drafted > 0
 
 
-def test_long_context_phi3_is_refused(tmp_path: Path) -> None:
+def test_long_context_and_partial_rotary_phi3_are_refused(tmp_path: Path) -> None:
     factors = np.ones(HEAD // 2, np.float32)
     bad = write_arch_gguf(tmp_path / "phi3-long.gguf", "phi3", 1, seed=3,
                           extra_tensors={"rope_factors_long.weight": factors, "rope_factors_short.weight": factors})
     with pytest.raises(ExportError, match=r"long-context Phi-3 \(LongRoPE.*use a 4k-context Phi-3 GGUF\.$"):
         export_bundle(str(bad), str(bad), tmp_path / "out", ExportOptions(), progress=None)
+    partial = write_arch_gguf(tmp_path / "phi3-partial.gguf", "phi3", 1, seed=3, rot_dims=HEAD // 2)
+    with pytest.raises(ExportError, match=r"rotates 8 of 16 head dimensions \(partial rotary"):
+        export_bundle(str(partial), str(partial), tmp_path / "out", ExportOptions(), progress=None)
     assert not (tmp_path / "out").exists()
 
 
