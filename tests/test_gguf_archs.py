@@ -266,3 +266,33 @@ def test_gemma_hyperparameters_follow_llama_cpp() -> None:
     none = cfg(6)  # a Gemma 3 written without a window: every layer global
     _gemma_config("gemma3", {}, none)
     assert set(none["layer_types"]) == {"full_attention"} and none["sliding_window"] is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["phi3", "gemma2", "gemma3"])
+def test_distilled_drafter_of_an_arch_target(arch: str, tmp_path: Path) -> None:
+    """``edge-spec distill``'s drafter format (the target's own HF class: Phi-3's fused qkv_proj / gate_up_proj,
+    Gemma's four (1 + w) norms) exports on the target's embedding and matches that drafter in transformers."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from edge_spec.distill.drafter import build_drafter, load_drafter, save_drafter
+    from edge_spec.fetch import file_sha256
+
+    target = write_arch_gguf(tmp_path / f"{arch}-t.gguf", arch, LAYERS[arch], seed=1)
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=target.name, dtype=torch.float32)
+    layers_from = [0, LAYERS[arch] - 1]
+    drafter = build_drafter(model, layers_from)
+    with torch.no_grad():  # move the copied layers off the target's values, as training would
+        drafter.load_state_dict({k: v + 0.01 * torch.randn_like(v) for k, v in drafter.state_dict().items()
+                                 if k not in ("model.embed_tokens.weight", "lm_head.weight")}, strict=False)
+    save_drafter(drafter, tmp_path / "d", {"target_sha256": file_sha256(target), "layers_from": layers_from})
+    out = tmp_path / "bundle"
+    opts = ExportOptions(trim_vocab=None, max_context=64, measure_memory=False, target_quant=Quant("int4", 1),
+                         drafter_quant=Quant("fp32", 1))  # level 1: the 8-bit LM head without int8 activations
+    m = export_bundle(str(target), str(tmp_path / "d"), out, opts, progress=None)
+    assert m.drafter.num_layers == 2 and (out / "target/embed.data").samefile(out / "drafter/embed.data")
+    ours = Decoder(out / m.drafter.graph, 64, HEAD).forward(IDS, 0)
+    with torch.no_grad():
+        ref = load_drafter(tmp_path / "d", model)(torch.tensor([IDS])).logits[0].numpy()
+    np.testing.assert_allclose(ours, ref, atol=2e-4 * max(1.0, np.abs(ref).max()), rtol=0)

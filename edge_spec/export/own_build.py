@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from edge_spec.errors import ExportError
+from edge_spec.export import arch_graph, gguf_quant, gguf_split
 from edge_spec.export import gguf as gguf_src
-from edge_spec.export import gguf_quant, gguf_split
 from edge_spec.export.onnx_graph import (
     EMBED_DATA,
     Decoder,
@@ -287,19 +287,12 @@ def distilled_decoder(src: Source, bits: int | None, block_size: int, kept: np.n
     def vec(name: str) -> np.ndarray | None:
         return np.asarray(sd[name], dtype=np.float32) if name in sd else None
 
-    layers = []
-    for i in range(int(src.config["num_hidden_layers"])):
-        p = f"model.layers.{i}."
-        L = Layer(q=lin(p + "self_attn.q_proj.weight"), k=lin(p + "self_attn.k_proj.weight"),
-                  v=lin(p + "self_attn.v_proj.weight"), o=lin(p + "self_attn.o_proj.weight"),
-                  gate=lin(p + "mlp.gate_proj.weight"), up=lin(p + "mlp.up_proj.weight"),
-                  down=lin(p + "mlp.down_proj.weight"), attn_norm=vec(p + "input_layernorm.weight"),
-                  ffn_norm=vec(p + "post_attention_layernorm.weight"),
-                  q_bias=vec(p + "self_attn.q_proj.bias"), k_bias=vec(p + "self_attn.k_proj.bias"),
-                  v_bias=vec(p + "self_attn.v_proj.bias"), q_norm=vec(p + "self_attn.q_norm.weight"),
-                  k_norm=vec(p + "self_attn.k_norm.weight"))
-        layers.append(L)
-    return Decoder(embed=embed, layers=layers, final_norm=vec("model.norm.weight"), lm_head=head), report
+    cfg = src.config
+    layers = [arch_graph.distilled_layer(f"model.layers.{i}.", cfg, lin, sd.__contains__, vec)
+              for i in range(int(cfg["num_hidden_layers"]))]
+    final = vec("model.norm.weight")  # Gemma's RMSNorm multiplies by 1 + w
+    final = final + np.float32(1.0) if arch_graph.is_gemma(cfg) and final is not None else final
+    return Decoder(embed=embed, layers=layers, final_norm=final, lm_head=head), report
 
 
 def graph_spec(cfg: dict[str, Any], max_context: int, accuracy_level: int, m: gguf_src.GGUFModel | None
@@ -308,25 +301,14 @@ def graph_spec(cfg: dict[str, Any], max_context: int, accuracy_level: int, m: gg
     if m is not None and "rope_freqs.weight" in m.tensors:  # Llama 3 style frequency factors
         factors = tuple(float(x) for x in _f32(m, "rope_freqs.weight"))
     scaling = cfg.get("rope_scaling") or {}
-    gemma = {}
-    if cfg.get("model_type") in gguf_src.GEMMA:
-        types = cfg.get("layer_types") or []
-        local = cfg.get("rope_local_base_freq")
-        gemma = dict(embed_scale=float(np.sqrt(np.float32(cfg["hidden_size"]))),
-                     attn_scale=float(cfg["query_pre_attn_scalar"]) ** -0.5,
-                     attn_softcap=float(cfg.get("attn_logit_softcapping") or 0.0),
-                     final_softcap=float(cfg.get("final_logit_softcapping") or 0.0), activation="gelu_tanh",
-                     local_layers=tuple(t == "sliding_attention" for t in types) or None,
-                     sliding_window=int(cfg.get("sliding_window") or -1),
-                     local_rope_theta=None if local is None else float(local))
+    kw: dict[str, Any] = dict(
+        rope_theta=float(cfg.get("rope_theta") or (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0)),
+        rope_linear=float(scaling.get("factor", 1.0)) if scaling.get("rope_type") == "linear" else 1.0)
+    kw.update(arch_graph.graph_fields(cfg))  # Gemma 2/3: embedding scale, soft caps, local layers, rope bases
     return GraphSpec(hidden=int(cfg["hidden_size"]), heads=int(cfg["num_attention_heads"]),
                      kv_heads=int(cfg["num_key_value_heads"]), head_dim=int(cfg["head_dim"]),
-                     rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-                     rope_theta=float(cfg.get("rope_theta") or (cfg.get("rope_parameters") or {}).get("rope_theta",
-                                                                                                        10000.0)),
-                     max_context=max_context, accuracy_level=accuracy_level, rope_factors=factors,
-                     rope_linear=float(scaling.get("factor", 1.0)) if scaling.get("rope_type") == "linear" else 1.0,
-                     **gemma)
+                     rms_eps=float(cfg.get("rms_norm_eps", 1e-6)), max_context=max_context,
+                     accuracy_level=accuracy_level, rope_factors=factors, **kw)
 
 
 def build(src: Source, out_dir: Path, max_context: int, accuracy_level: int, bits: int | None = 4,
