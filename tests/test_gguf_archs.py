@@ -135,7 +135,7 @@ IDS = [1, 60, 61, 300, 5, 100, 250, 2, 7, 9, 11, 40, 77, 200, 3]  # 15 tokens: w
 
 @pytest.fixture(scope="module", params=[*LAYERS, *MODES])
 def arch_bundle(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, Path]:
-    """(arch, target GGUF, bundle); request.param "ARCH[-MODE]" picks the --gguf-mode (MODES, default exact)."""
+    """(key, target GGUF, bundle); the key "ARCH[-MODE]" picks the --gguf-mode (MODES, default exact)."""
     arch, mode = request.param.split("-")[0], MODES.get(request.param, "exact")
     root = tmp_path_factory.mktemp(f"gguf-{request.param}")
     target = write_arch_gguf(root / f"{arch}-target.gguf", arch, LAYERS[arch], seed=1)
