@@ -129,13 +129,13 @@ def server_args(mode: str, *, threads: int, draft: Path | None = None, draft_max
 
 def run(gguf: Path, ids: list[list[int]], *, tokens: int, temperature: float, repeats: int, threads: int,
         context: int, mode: str = "ar", draft: Path | None = None, draft_max: int = 8,
-        poll: int | None = None) -> dict[str, Any]:
+        poll: int | None = None, spec_args: list[str] | None = None) -> dict[str, Any]:
     """One llama.cpp configuration over all prompts: median tokens/s over repeats, TTFT, memory, acceptance.
 
     tokens/s counts every generated token over prompt + generation time (the server's own timings,
     so HTTP overhead is excluded); ``token_ids`` are the first repeat's outputs. ``poll`` is llama.cpp's
     ``--poll`` (0: worker threads sleep instead of busy-waiting; None: its default, 50)."""
-    extra = server_args(mode, threads=threads, draft=draft, draft_max=draft_max)
+    extra = server_args(mode, threads=threads, draft=draft, draft_max=draft_max) + list(spec_args or [])
     if poll is not None:
         extra += ["--poll", str(poll)]
     with LlamaServer(gguf, threads=threads, context=context, extra=extra) as srv:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -45,6 +46,8 @@ def prompt_ids(bundle: Path, prompts: list[str]) -> list[list[int]]:
 
     m = read_manifest(bundle)
     tok = Tokenizer.from_file(str(bundle / m.tokenizer.files[0]))
+    if m.tokenizer.chat is None:  # a bundle without a chat format: the plain text
+        return [list(tok.encode(p).ids) for p in prompts]
     return [[int(t) for t in encode_chat(tok, m.tokenizer.chat, chat_messages(p))] for p in prompts]
 
 
@@ -98,7 +101,7 @@ def run_systems(args: argparse.Namespace, ids: list[list[int]]) -> tuple[dict[st
         row(f"llama.cpp AR {tag}", llamacpp.run, args.gguf, ids, mode="ar", **lc)
         if args.draft_gguf:
             row(f"llama.cpp speculative {tag}", llamacpp.run, args.gguf, ids, mode="draft", draft=args.draft_gguf,
-                **lc)
+                spec_args=shlex.split(args.llama_spec_args), **lc)
         row(f"llama.cpp n-gram {tag}", llamacpp.run, args.gguf, ids, mode="ngram", **lc)
         if ort_reason is None and not args.skip_ort:
             target_dir, composite = ort_dirs
@@ -147,6 +150,8 @@ def main() -> int:
     ap.add_argument("--draft-max", type=int, default=8, help="llama.cpp's most drafted tokens (draft model, n-gram)")
     ap.add_argument("--llama-poll", type=int, help="llama.cpp --poll (0: no busy-waiting, for a shared machine; "
                     "default: llama.cpp's own)")
+    ap.add_argument("--llama-spec-args", default="", help="extra llama-server arguments for its draft-model "
+                    "mode, e.g. '--spec-draft-p-min 0.75'")
     ap.add_argument("--ort-k", type=int, default=4, help="ORT GenAI max_draft_tokens")
     ap.add_argument("--ort-spin", action="store_true", help="ORT GenAI with intra-op spinning (its default); "
                     "off by default, as edge-spec's sessions")
