@@ -183,6 +183,9 @@ def main() -> int:
     print_rows(rows, info)
     if ort_reason:
         print(f"\nORT GenAI: not run on this bundle's graphs: {ort_reason}.")
+    elif json.loads((args.bundle / "edge_spec.json").read_text()).get("vocab_trim"):
+        print("\nORT GenAI speculative ran the bundle's drafter with its trimmed logits scattered back to the full "
+              "vocabulary (peers.untrim_drafter: GenAI compares draft and target logits id by id).")
     print("\n" + vs_targets.sweep_table(sweep))
     print("\n" + vs_targets.exact_text(exact))
     print("\n### Profile of a speculative step (benchmarks/profile_spec.py)\n\n" + prof)

@@ -185,8 +185,9 @@ def budget_sweep(rows: dict[str, dict[str, Any]], args: Any, ids: list[list[int]
     for label, budget in sorted(budgets, key=lambda b: -b[1]):
         log(f"budget sweep: {label}, {budget / MiB:.0f} MiB")
         points.append(_point(label, budget, measure({**base, "budget": budget}), free, w, ref))
+    overhead = w["target_load"] - w["target"] + (w["drafter_load"] - w["drafter"] if mode == "speculative" else 0)
     return {"llama_gen": ref, "weights": weights, "rss_baseline": free["rss_baseline"], "need_context": need,
-            "planner_minimum": probe, "points": points}
+            "session_overhead": overhead, "planner_minimum": probe, "points": points}
 
 
 def _point(label: str, budget: int | None, r: dict[str, Any], free: dict[str, Any], w: dict[str, int],
@@ -208,7 +209,9 @@ def sweep_table(sweep: dict[str, Any]) -> str:
         return f"Budget sweep: not run ({sweep['skipped']})."
     lines = [f"### edge-spec speculative (greedy) under memory budgets; llama.cpp AR generation memory "
              f"{sweep['llama_gen'] / MiB:.0f} MiB, edge-spec weights {sweep['weights'] / MiB:.0f} MiB, "
-             f"process baseline {sweep['rss_baseline'] / MiB:.0f} MiB", "",
+             f"process baseline {sweep['rss_baseline'] / MiB:.0f} MiB; of edge-spec's generation memory, "
+             f"{sweep['session_overhead'] / MiB:.0f} MiB is what its ONNX Runtime sessions hold beyond the weight "
+             "bytes (manifest load_bytes - weight_bytes)", "",
              "| budget | MiB | plan | tokens/s | x unconstrained | peak RSS MiB | generation MiB | of llama.cpp's |",
              "|---|---:|---|---:|---:|---:|---:|---:|"]
     for p in sweep["points"]:

@@ -144,3 +144,47 @@ def test_untrimmed_drafter_logits_cover_the_full_vocabulary(tmp_path: Path) -> N
     rest = np.setdiff1d(np.arange(vocab), id_map)
     assert (y[..., rest] <= -1e29).all()
     assert (y.argmax(-1) == id_map[x.argmax(-1)]).all()  # greedy drafts unchanged
+
+
+@pytest.mark.slow
+def test_profile_and_ort_genai_composite_on_the_demo_bundle(demo_bundle: Path, tmp_path: Path) -> None:
+    """The profile's rows add up to measured steps, and ORT GenAI runs the bundle's own graphs speculatively
+    (the demo drafter is VocabTrim-ed, so this goes through the widened drafter) with its greedy output
+    equal to its plain greedy output on the same target graph."""
+    import profile_spec
+
+    from edge_spec import Engine
+
+    engine = Engine.load(demo_bundle, threads=1)
+    ids = engine.encode_chat([{"role": "user", "content": "Write a function that adds two numbers."}])
+    res = profile_spec.profile(engine, [ids], 2, 12, 0.0)
+    spec_steps = [s for s in res["steps"] if s["gamma"] > 0]
+    assert spec_steps and all(s["drafter_passes"] >= 1 for s in spec_steps)
+    b = profile_spec.breakdown(spec_steps)
+    assert b["total"] > 0 and sum(b[key] for _, key in profile_spec.COMPONENTS) == pytest.approx(b["total"])
+    assert b["target_ort"] > 0 and b["drafter_ort"] > 0
+    assert "| **step total** |" in profile_spec.table("fixed draft length 2", res)
+
+    og = pytest.importorskip("onnxruntime_genai")
+    import peers
+
+    dirs = peers.bundle_composite(demo_bundle, tmp_path / "composite", 3)
+    assert not isinstance(dirs, str), dirs
+    target_dir, composite = dirs
+
+    def greedy(model_dir: Path, spec: bool) -> list[int]:
+        model = og.Model(str(model_dir))
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=len(ids) + 12, do_sample=False)
+        if spec:
+            params.set_speculative_options(max_draft_tokens=3, min_adaptive_k=0)
+        gen = og.Generator(model, params)
+        gen.append_tokens(np.asarray([ids], dtype=np.int32))
+        out = []
+        while not gen.is_done():
+            gen.generate_next_token()
+            out.append(int(gen.get_next_tokens()[0]))
+        return out
+
+    plain = greedy(target_dir, False)
+    assert len(plain) == 12 and greedy(composite, True) == plain
