@@ -212,15 +212,18 @@ def sweep_table(sweep: dict[str, Any]) -> str:
              f"process baseline {sweep['rss_baseline'] / MiB:.0f} MiB; of edge-spec's generation memory, "
              f"{sweep['session_overhead'] / MiB:.0f} MiB is what its ONNX Runtime sessions hold beyond the weight "
              "bytes (manifest load_bytes - weight_bytes)", "",
-             "| budget | MiB | plan | tokens/s | x unconstrained | peak RSS MiB | generation MiB | of llama.cpp's |",
-             "|---|---:|---|---:|---:|---:|---:|---:|"]
+             "| budget | MiB | plan | tokens/s | x unconstrained | peak RSS MiB | within budget | generation MiB | "
+             "of llama.cpp's |", "|---|---:|---|---:|---:|---:|---|---:|---:|"]
     for p in sweep["points"]:
         mib = "—" if p["budget"] is None else f"{p['budget'] / MiB:.0f}"
         if "refused" in p:
-            lines.append(f"| {p['label']} | {mib} | refused: {p['refused'][:120]} | | | | | |")
+            lines.append(f"| {p['label']} | {mib} | refused: {p['refused'][:120]} | | | | | | |")
             continue
+        within = "—" if p["budget"] is None else ("yes" if p["peak_rss"] <= p["budget"] else
+                                                  f"**no, +{(p['peak_rss'] - p['budget']) / MiB:.0f} MiB**")
         lines.append(f"| {p['label']} | {mib} | {p['mode']}, ctx {p['context']} | {p['tokens_per_s']:.1f} | "
-                     f"{p['ratio']:.2f} | {p['peak_rss'] / MiB:.0f} | {p['gen'] / MiB:.0f} | {p['gen_share']:.0%} |")
+                     f"{p['ratio']:.2f} | {p['peak_rss'] / MiB:.0f} | {within} | {p['gen'] / MiB:.0f} | "
+                     f"{p['gen_share']:.0%} |")
     return "\n".join(lines)
 
 
