@@ -1,7 +1,7 @@
 """edge-spec against llama.cpp and ORT GenAI on the same model, same prompt token ids, same threads: one run.
 
     python benchmarks/vs_llamacpp.py --bundle BUNDLE --gguf TARGET.gguf --draft-gguf DRAFTER.gguf --summary \
-        [--tokens 128] [--prompts 8] [--repeats 2] [--threads 2] [--context 4096]
+        [--tokens 128] [--prompts 8] [--repeats 2] [--threads 2] [--context N]
 
 Systems (each in its own process, so peak RSS is its own), greedy and T=0.7:
 * edge-spec AR (drafting off) and speculative (adaptive draft length), through ``Engine`` (edge.py);
@@ -96,6 +96,9 @@ def run_systems(args: argparse.Namespace, ids: list[list[int]]) -> tuple[dict[st
         tag = "greedy" if temp == 0 else f"T={temp}"
         row(f"edge-spec AR {tag}", edge, args.bundle, ids, temperature=temp, speculative=False, **common)
         row(f"edge-spec speculative {tag}", edge, args.bundle, ids, temperature=temp, speculative=True, **common)
+        if args.context is None:  # the same context as edge-spec's plan, so peak RSS compares like with like
+            args.context = vs_targets.plan_context(rows[f"edge-spec speculative {tag}"]) or 4096
+            log(f"llama.cpp context {args.context} (edge-spec's planned context)")
         lc = {"temperature": temp, "context": args.context, "draft_max": args.draft_max, "poll": args.llama_poll,
               **common}
         row(f"llama.cpp AR {tag}", llamacpp.run, args.gguf, ids, mode="ar", **lc)
@@ -150,7 +153,8 @@ def main() -> int:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--context", type=int, default=4096, help="llama.cpp's context (-c)")
+    ap.add_argument("--context", type=int, help="llama.cpp's context (-c); default: the context edge-spec's "
+                    "plan gives (4096 if unknown), so the peak-RSS target compares the same context")
     ap.add_argument("--draft-max", type=int, default=8, help="llama.cpp's most drafted tokens (draft model, n-gram)")
     ap.add_argument("--llama-poll", type=int, help="llama.cpp --poll (0: no busy-waiting, for a shared machine; "
                     "default: llama.cpp's own)")
@@ -180,7 +184,7 @@ def main() -> int:
     rows, ort_reason = run_systems(args, ids)
     exact = vs_targets.exactness(rows, args, prompt_ids, log)
     sweep = vs_targets.budget_sweep(rows, args, ids[:args.sweep_prompts], log)
-    info = vs_targets.memory_info(rows, args.bundle)
+    info = vs_targets.memory_info(rows, args.bundle) | {"llama_context": args.context}
     prof = profile(args) if args.profile_gammas else "not run (--profile-gammas empty)"
 
     print(f"\n{len(ids)} chat prompts x {args.repeats} repeats, {args.tokens} new tokens, {args.threads} threads, "

@@ -104,6 +104,11 @@ def _plan(r: dict[str, Any]) -> tuple[str | None, int | None]:
     return mode, int(m.group(2))
 
 
+def plan_context(r: dict[str, Any]) -> int | None:
+    """The context (KV positions) of an edge-spec row's memory plan, or None."""
+    return _plan(r)[1]
+
+
 def _weights(bundle: Path) -> dict[str, int]:
     import json
 
@@ -263,7 +268,7 @@ def targets(rows: dict[str, dict[str, Any]], info: dict[str, Any], sweep: dict[s
         ctx = info.get("edge_context")
         out.append({"target": "peak RSS: edge-spec speculative (drafter loaded) / llama.cpp AR, same context",
                     "measured": f"{r:.2f}x ({a['peak_rss'] / MiB:.0f} / {b['peak_rss'] / MiB:.0f} MiB; edge-spec "
-                                f"context {ctx}, llama.cpp -c given)", "goal": "<= 0.9x",
+                                f"context {ctx}, llama.cpp {info.get('llama_context')})", "goal": "<= 0.9x",
                     "status": "met" if r <= 0.9 else "not met"})
     else:
         out.append({"target": "peak RSS: edge-spec speculative / llama.cpp AR", "measured": "—", "goal": "<= 0.9x",
