@@ -35,10 +35,11 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 
 
 def _graph_files(model_dir: Path, graph: str) -> list[str]:
-    """The graph and the external-data files it references (by name, next to it)."""
+    """The graph and the external-data files it may reference (next to it: ``model.onnx.data``, and
+    ``*.data`` such as the embedding a GGUF-derived bundle shares between target and drafter)."""
     names = [graph]
     for f in sorted(model_dir.iterdir()):
-        if f.name.startswith(Path(graph).name) and f.name != Path(graph).name and f.is_file():
+        if f.name != Path(graph).name and f.is_file() and (f.name.startswith(Path(graph).name) or f.suffix == ".data"):
             names.append(f.name)
     return names
 
@@ -72,6 +73,74 @@ def ort_composite(target_dir: Path, draft_dir: Path, out: Path, max_draft_tokens
         if f.is_file() and f.suffix in (".json", ".jinja") and f.name != "genai_config.json":
             shutil.copy2(f, out / f.name)
     (out / "genai_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    return out
+
+
+def bundle_composite(bundle: Path, out: Path, max_draft_tokens: int) -> tuple[Path, Path] | str:
+    """ORT GenAI directories for an edge-spec bundle's own graphs: (target dir, composite dir), or why not.
+
+    The target graph is a builder-style decoder (same inputs, outputs and GroupQueryAttention KV
+    layout as GenAI expects) and the bundle writes its ``genai_config.json``; the drafter gets a
+    decoder block made from the manifest. GenAI's speculative loop compares draft and target
+    logits position by position, so a drafter with a trimmed vocabulary is given a full-vocabulary
+    output first (:func:`untrim_drafter`)."""
+    manifest = json.loads((bundle / "edge_spec.json").read_text())
+    t, d = manifest["target"], manifest.get("drafter")
+    cfg = t.get("genai_config")
+    if not cfg or not (bundle / cfg).is_file():
+        return "the bundle's target has no genai_config.json (re-export it with the builder-style graph)"
+    target_dir = (bundle / cfg).parent
+    if d is None:
+        return "the bundle has no drafter model"
+    block = copy.deepcopy(json.loads((target_dir / "genai_config.json").read_text())["model"]["decoder"])
+    block.update(filename=Path(d["graph"]).name, num_hidden_layers=d["num_layers"], head_size=d["head_size"],
+                 num_attention_heads=d["num_attention_heads"], num_key_value_heads=d["num_kv_heads"],
+                 hidden_size=d["hidden_size"])
+    draft_dir = bundle / Path(d["graph"]).parent
+    if manifest.get("vocab_trim") or d["vocab_size"] != t["vocab_size"]:
+        try:
+            draft_dir = untrim_drafter(bundle / d["graph"], bundle / manifest["vocab_trim"]["id_map"],
+                                       t["vocab_size"], out.parent / (out.name + "_draft_full"))
+        except Exception as exc:  # onnx missing, or a graph this rewrite does not know
+            return (f"the bundle's drafter has a trimmed vocabulary ({d['vocab_size']} of {t['vocab_size']} ids) "
+                    f"and widening its logits failed ({exc.__class__.__name__}: {exc})")
+    return target_dir, ort_composite(target_dir, draft_dir, out, max_draft_tokens, block)
+
+
+def untrim_drafter(graph: Path, id_map_path: Path, vocab: int, out: Path) -> Path:
+    """A copy of a VocabTrim drafter whose logits cover the full vocabulary: the kept ids' logits scattered
+    into ``[batch, seq, vocab]`` filled with -1e30 (probability 0, never the argmax), as edge-spec's q is 0
+    outside the kept set. Three extra nodes (Transpose, ScatterND, Transpose) on the drafter's output;
+    the weights are not touched (external data hard-linked). Returns the directory holding the copy."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    id_map = np.load(id_map_path).astype(np.int64)
+    model = onnx.load(str(graph), load_external_data=False)
+    g = model.graph
+    name = "logits"
+    producer = next(n for n in g.node if name in n.output)
+    producer.output[list(producer.output).index(name)] = "logits_trimmed"
+    g.initializer.extend([numpy_helper.from_array(id_map.reshape(-1, 1), "untrim_ids"),
+                          numpy_helper.from_array(np.array([vocab], dtype=np.int64), "untrim_vocab")])
+    g.node.extend([
+        helper.make_node("Transpose", ["logits_trimmed"], ["untrim_t"], perm=[2, 0, 1]),  # [K, B, S]
+        helper.make_node("Shape", ["untrim_t"], ["untrim_shape"], start=1),  # [B, S]
+        helper.make_node("Concat", ["untrim_vocab", "untrim_shape"], ["untrim_full_shape"], axis=0),
+        helper.make_node("ConstantOfShape", ["untrim_full_shape"], ["untrim_fill"],
+                         value=helper.make_tensor("v", TensorProto.FLOAT, [1], [-1e30])),  # [V, B, S]
+        helper.make_node("ScatterND", ["untrim_fill", "untrim_ids", "untrim_t"], ["untrim_full"]),
+        helper.make_node("Transpose", ["untrim_full"], [name], perm=[1, 2, 0]),  # [B, S, V]
+    ])
+    out_vi = next(o for o in g.output if o.name == name)
+    out_vi.type.tensor_type.shape.dim[-1].dim_value = vocab
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    for f in graph.parent.iterdir():
+        if f.is_file() and (f.suffix == ".data" or f.name.startswith(graph.name + ".")):
+            _link_or_copy(f, out / f.name)
+    onnx.save(model, str(out / graph.name))
     return out
 
 

@@ -1,14 +1,18 @@
-"""edge-spec against llama.cpp on the same GGUF, same prompt token ids, same thread count, one run.
+"""edge-spec against llama.cpp and ORT GenAI on the same model, same prompt token ids, same threads: one run.
 
-    python benchmarks/vs_llamacpp.py --bundle BUNDLE --gguf TARGET.gguf \
-        [--draft-gguf DRAFTER.gguf] [--tokens 128] [--repeats 2] [--threads 2] [--context 4096]
+    python benchmarks/vs_llamacpp.py --bundle BUNDLE --gguf TARGET.gguf --draft-gguf DRAFTER.gguf --summary \
+        [--tokens 128] [--prompts 8] [--repeats 2] [--threads 2] [--context N]
 
-Systems (each in its own process, so peak RSS is its own):
-* edge-spec AR (drafting off) and edge-spec speculative (adaptive draft length), greedy and T=0.7;
-* llama.cpp (``llama-server``, fed token ids) AR greedy and T=0.7, and with ``--draft-gguf`` its
-  draft-model speculative decoding (the edge-spec drafter converted to GGUF).
-Reports tokens/s (all generated tokens over wall time including the prompt), TTFT, peak RSS,
-acceptance where there is one, and the ratios the issue asks for, measured in this same run.
+Systems (each in its own process, so peak RSS is its own), greedy and T=0.7:
+* edge-spec AR (drafting off) and speculative (adaptive draft length), through ``Engine`` (edge.py);
+* llama.cpp (``llama-server`` fed token ids): AR, draft-model speculative decoding with the
+  edge-spec drafter converted to GGUF (``--draft-gguf``, benchmarks/drafter_to_gguf.sh), and its
+  n-gram lookup mode (``ngram-simple``);
+* ORT GenAI (its C++ loop) AR and speculative on the bundle's own graphs, where it can run them.
+Then (vs_targets.py): greedy speculative vs greedy AR token for token (``--exact-prompts``
+prompts), the generation-memory comparison and an edge-spec memory-budget sweep, the profile of a
+speculative step (profile_spec.py), and with ``--summary`` one markdown table of every target of
+issue 10: measured, target, met or not. Ratios are between systems measured in this same run.
 A benchmark, not a test: needs the real model and a llama.cpp build (benchmarks/build_llamacpp.sh).
 """
 
@@ -16,7 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import shlex
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,49 +30,25 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
+import llamacpp  # noqa: E402
+import vs_targets  # noqa: E402
 from chat_prompts import CHAT_PROMPTS, chat_messages  # noqa: E402
 from measure import measure  # noqa: E402
+from peers import bundle_composite  # noqa: E402
 
 
-def prompt_ids(bundle: Path, n: int) -> list[list[int]]:
-    """Chat prompts rendered and tokenised by the bundle itself (what the engine's chat() feeds)."""
-    from edge_spec import Engine
+def prompt_ids(bundle: Path, prompts: list[str]) -> list[list[int]]:
+    """Chat prompts rendered and tokenised by the bundle's own chat format (what ``Engine.chat`` feeds)."""
+    from tokenizers import Tokenizer
 
-    eng = Engine.load(bundle, drafting="none", max_context=256)
-    return [[int(t) for t in eng.encode_chat(chat_messages(p))] for p in CHAT_PROMPTS[:n]]
+    from edge_spec.bundle import read_manifest
+    from edge_spec.runtime.chat import encode_chat
 
-
-def vm_hwm(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def llamacpp(gguf: Path, ids: list[list[int]], *, tokens: int, temperature: float, repeats: int, threads: int,
-             context: int, draft: Path | None = None, draft_max: int = 8) -> dict[str, Any]:
-    from llamacpp import LlamaServer
-
-    extra = ["-md", str(draft), "--spec-draft-n-max", str(draft_max), "--spec-draft-n-min", "0",
-             "-td", str(threads)] if draft else []
-    with LlamaServer(gguf, threads=threads, context=context, extra=extra) as srv:
-        srv.complete(ids[0], 8, temperature=temperature)  # warm-up
-        per_repeat, ttft, drafted, accepted = [], [], 0, 0
-        for _ in range(repeats):
-            n_tok, secs = 0, 0.0
-            for i, p in enumerate(ids):
-                r = srv.complete(p, tokens, temperature=temperature, seed=i, extra={"ignore_eos": True})
-                t = r["timings"]
-                n_tok += int(t["predicted_n"])
-                secs += (t["prompt_ms"] + t["predicted_ms"]) / 1e3
-                ttft.append(t["prompt_ms"] + t["predicted_per_token_ms"])
-                drafted += int(t.get("draft_n", 0) or 0)
-                accepted += int(t.get("draft_n_accepted", 0) or 0)
-            per_repeat.append(n_tok / secs)
-        return {"tokens_per_s": statistics.median(per_repeat), "tokens_per_s_repeats": per_repeat,
-                "ttft_ms": statistics.median(ttft), "peak_rss": vm_hwm(srv.pid),
-                "acceptance": accepted / drafted if drafted else None}
+    m = read_manifest(bundle)
+    tok = Tokenizer.from_file(str(bundle / m.tokenizer.files[0]))
+    if m.tokenizer.chat is None:  # a bundle without a chat format: the plain text
+        return [list(tok.encode(p).ids) for p in prompts]
+    return [[int(t) for t in encode_chat(tok, m.tokenizer.chat, chat_messages(p))] for p in prompts]
 
 
 def guarded(fn, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -75,75 +56,158 @@ def guarded(fn, *args: Any, **kwargs: Any) -> dict[str, Any]:
     try:
         return fn(*args, **kwargs)
     except Exception as exc:  # a peer that fails to start is a row, not the end of the run
-        return {"error": f"{exc.__class__.__name__}: {str(exc)[:200]}"}
+        return {"error": f"{exc.__class__.__name__}: {str(exc)[:300]}"}
 
 
 def edge(bundle: Path, ids: list[list[int]], *, tokens: int, temperature: float, repeats: int, threads: int,
-         speculative: bool, budget: str | None = None) -> dict[str, Any]:
+         speculative: bool, budget: int | str | None = None) -> dict[str, Any]:
     spec = {"module": "edge", "bundle": str(bundle), "prompt_ids": ids, "max_new_tokens": tokens,
             "temperature": temperature, "repeats": repeats, "warmup": 1, "threads": threads,
             "speculative": speculative, "budget": budget, "ignore_stop": True}
     return measure(spec)
 
 
+def ort_genai(model: Path, ids: list[list[int]], *, tokens: int, temperature: float, repeats: int, threads: int,
+              k: int | None, spin: bool) -> dict[str, Any]:
+    spec = {"module": "peers", "system": "ort_genai", "model": str(model), "prompt_ids": ids,
+            "max_new_tokens": tokens, "temperature": temperature, "repeats": repeats, "warmup": 1,
+            "threads": threads, "k": k, "no_spin": not spin, "seed": 0}
+    return measure(spec)
+
+
+def log(msg: str) -> None:
+    print(f"[vs_llamacpp {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def run_systems(args: argparse.Namespace, ids: list[list[int]]) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """Every system's row; and why ORT GenAI could not run the bundle's graphs (None when it could)."""
+    common = {"tokens": args.tokens, "repeats": args.repeats, "threads": args.threads}
+    ort_dirs = {k: bundle_composite(args.bundle, args.work / f"ort_composite_k{k}", k) for k in args.ort_k}
+    ort_reason = next((d for d in ort_dirs.values() if isinstance(d, str)), None)
+    rows: dict[str, dict[str, Any]] = {}
+
+    def row(name: str, fn, *a: Any, **kw: Any) -> None:
+        log(name)
+        rows[name] = guarded(fn, *a, **kw)
+        r = rows[name]
+        log(f"{name}: {r.get('error') or r.get('refused') or format(r.get('tokens_per_s', 0), '.1f') + ' tok/s'}")
+
+    for temp in (0.0, 0.7):
+        tag = "greedy" if temp == 0 else f"T={temp}"
+        row(f"edge-spec AR {tag}", edge, args.bundle, ids, temperature=temp, speculative=False, **common)
+        row(f"edge-spec speculative {tag}", edge, args.bundle, ids, temperature=temp, speculative=True, **common)
+        if args.context is None:  # the same context as edge-spec's plan, so peak RSS compares like with like
+            args.context = vs_targets.plan_context(rows[f"edge-spec speculative {tag}"]) or 4096
+            log(f"llama.cpp context {args.context} (edge-spec's planned context)")
+        lc = {"temperature": temp, "context": args.context, "draft_max": args.draft_max, "poll": args.llama_poll,
+              **common}
+        row(f"llama.cpp AR {tag}", llamacpp.run, args.gguf, ids, mode="ar", **lc)
+        if args.draft_gguf:
+            row(f"llama.cpp speculative {tag}", llamacpp.run, args.gguf, ids, mode="draft", draft=args.draft_gguf,
+                spec_args=shlex.split(args.llama_spec_args), **lc)
+        row(f"llama.cpp n-gram {tag}", llamacpp.run, args.gguf, ids, mode="ngram", **lc)
+        if ort_reason is None and not args.skip_ort:
+            target_dir = ort_dirs[args.ort_k[0]][0]
+            row(f"ORT GenAI AR {tag}", ort_genai, target_dir, ids, temperature=temp, k=None, spin=args.ort_spin,
+                **common)
+            # every k greedy; at T=0.7 the k that was fastest greedy
+            ks = args.ort_k if temp == 0 else [max(args.ort_k, key=lambda k: rows.get(
+                f"ORT GenAI speculative k={k} greedy", {}).get("tokens_per_s") or 0)]
+            for k in ks:
+                row(f"ORT GenAI speculative k={k} {tag}", ort_genai, ort_dirs[k][1], ids, temperature=temp, k=k,
+                    spin=args.ort_spin, **common)
+    return rows, ort_reason
+
+
+def profile(args: argparse.Namespace) -> str:
+    """The speculative-step profile table (profile_spec.py in its own process), or why it failed."""
+    cmd = [sys.executable, str(HERE / "profile_spec.py"), "--bundle", str(args.bundle), "--prompts",
+           str(min(args.prompts, 4)), "--tokens", str(args.tokens), "--threads", str(args.threads),
+           "--gammas", *args.profile_gammas]
+    log("profile: " + " ".join(cmd[1:]))
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        return "profile_spec.py failed: " + " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-4:])
+    return proc.stdout.strip()
+
+
+def print_rows(rows: dict[str, dict[str, Any]], info: dict[str, Any]) -> None:
+    print("| system | tokens/s | TTFT ms | peak RSS MiB | generation memory MiB | acceptance |\n"
+          "|---|---:|---:|---:|---:|---:|")
+    for name, r in rows.items():
+        if "error" in r or "refused" in r:
+            print(f"| {name} | {'error' if 'error' in r else 'refused'}: {(r.get('error') or r['refused'])[:100]} "
+                  f"| | | | |")
+            continue
+        acc, gen = r.get("acceptance"), info["gen_memory"].get(name)
+        print(f"| {name} | {r['tokens_per_s']:.1f} | {r['ttft_ms']:.1f} | {r['peak_rss'] / 2**20:.0f} | "
+              f"{'—' if gen is None else f'{gen / 2**20:.0f}'} | {'—' if acc is None else f'{acc:.2f}'} |")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bundle", type=Path, required=True)
     ap.add_argument("--gguf", type=Path, required=True)
-    ap.add_argument("--draft-gguf", type=Path)
+    ap.add_argument("--draft-gguf", type=Path, help="the edge-spec drafter as GGUF (benchmarks/drafter_to_gguf.sh)")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--context", type=int, default=4096)
+    ap.add_argument("--context", type=int, help="llama.cpp's context (-c); default: the context edge-spec's "
+                    "plan gives (4096 if unknown), so the peak-RSS target compares the same context")
+    ap.add_argument("--draft-max", type=int, default=8, help="llama.cpp's most drafted tokens (draft model, n-gram)")
+    ap.add_argument("--llama-poll", type=int, help="llama.cpp --poll (0: no busy-waiting, for a shared machine; "
+                    "default: llama.cpp's own)")
+    ap.add_argument("--llama-spec-args", default="", help="extra llama-server arguments for its draft-model "
+                    "mode, e.g. '--spec-draft-p-min 0.75'")
+    ap.add_argument("--ort-k", type=int, nargs="+", default=[2, 4],
+                    help="ORT GenAI max_draft_tokens tried greedy (the targets compare with the fastest)")
+    ap.add_argument("--ort-spin", action="store_true", help="ORT GenAI with intra-op spinning (its default); "
+                    "off by default, as edge-spec's sessions")
+    ap.add_argument("--skip-ort", action="store_true")
+    ap.add_argument("--exact-prompts", type=int, default=200,
+                    help="prompts for greedy speculative == greedy AR (0: only the run's prompts)")
+    ap.add_argument("--exact-tokens", type=int, default=32)
+    ap.add_argument("--sweep-prompts", type=int, default=4)
+    ap.add_argument("--sweep-fractions", type=float, nargs="*", default=[1.0, 0.5, 0.35],
+                    help="budgets that leave edge-spec this fraction of llama.cpp's generation memory")
+    ap.add_argument("--profile-gammas", nargs="*", default=["auto", "4"],
+                    help="draft lengths profiled ('auto': the adaptive policy); none: no profile")
+    ap.add_argument("--summary", action="store_true", help="print the table of issue 10's targets")
+    ap.add_argument("--work", type=Path, default=HERE / "out" / "vs_llamacpp")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "vs_llamacpp.json")
     args = ap.parse_args()
-    ids = prompt_ids(args.bundle, args.prompts)
-    common = {"tokens": args.tokens, "repeats": args.repeats, "threads": args.threads}
-    rows: dict[str, dict[str, Any]] = {}
-    for temp in (0.0, 0.7):
-        tag = "greedy" if temp == 0 else f"T={temp}"
-        rows[f"edge-spec AR {tag}"] = edge(args.bundle, ids, temperature=temp, speculative=False, **common)
-        rows[f"edge-spec speculative {tag}"] = edge(args.bundle, ids, temperature=temp, speculative=True, **common)
-        rows[f"llama.cpp AR {tag}"] = guarded(llamacpp, args.gguf, ids, temperature=temp, context=args.context,
-                                              **common)
-        if args.draft_gguf:
-            rows[f"llama.cpp speculative {tag}"] = guarded(llamacpp, args.gguf, ids, temperature=temp,
-                                                           context=args.context, draft=args.draft_gguf, **common)
-    print(f"\n{len(ids)} chat prompts x {args.repeats} repeats, {args.tokens} new tokens, {args.threads} threads")
-    print("| system | tokens/s | TTFT ms | peak RSS MiB | acceptance |\n|---|---:|---:|---:|---:|")
-    for name, r in rows.items():
-        if "error" in r:
-            print(f"| {name} | error: {r['error'][:80]} | | | |")
-            continue
-        acc = r.get("acceptance")
-        print(f"| {name} | {r['tokens_per_s']:.1f} | {r['ttft_ms']:.1f} | {r['peak_rss'] / 2**20:.0f} | "
-              f"{'—' if acc is None else f'{acc:.2f}'} |")
+    if llamacpp.bin_dir() is None:
+        log("llama.cpp binaries not found (set LLAMA_CPP_BIN); its rows will be errors")
+    t0 = time.time()
+    ids = prompt_ids(args.bundle, list(CHAT_PROMPTS[:args.prompts]))
+    rows, ort_reason = run_systems(args, ids)
+    exact = vs_targets.exactness(rows, args, prompt_ids, log)
+    sweep = vs_targets.budget_sweep(rows, args, ids[:args.sweep_prompts], log)
+    info = vs_targets.memory_info(rows, args.bundle) | {"llama_context": args.context}
+    prof = profile(args) if args.profile_gammas else "not run (--profile-gammas empty)"
 
-    def ratio(a: str, b: str) -> float | None:
-        ra, rb = rows.get(a, {}), rows.get(b, {})
-        return ra["tokens_per_s"] / rb["tokens_per_s"] if "tokens_per_s" in ra and "tokens_per_s" in rb else None
-
-    ratios = {
-        "SD greedy / llama.cpp AR greedy (target 1.6)": ratio("edge-spec speculative greedy", "llama.cpp AR greedy"),
-        "SD T=0.7 / llama.cpp AR T=0.7 (target 1.3)": ratio("edge-spec speculative T=0.7", "llama.cpp AR T=0.7"),
-        "SD greedy / llama.cpp speculative greedy (target 1.3)": ratio("edge-spec speculative greedy",
-                                                                      "llama.cpp speculative greedy"),
-        "AR greedy / llama.cpp AR greedy (target 1.0)": ratio("edge-spec AR greedy", "llama.cpp AR greedy"),
-        "SD greedy / edge-spec AR greedy": ratio("edge-spec speculative greedy", "edge-spec AR greedy"),
-    }
-    rss = {k: v.get("peak_rss") for k, v in rows.items()}
-    if rss.get("edge-spec speculative greedy") and rss.get("llama.cpp AR greedy"):
-        ratios["peak RSS SD / llama.cpp AR (target <= 0.9)"] = (rss["edge-spec speculative greedy"]
-                                                               / rss["llama.cpp AR greedy"])
-    print("\n| ratio (same run) | value |\n|---|---:|")
-    for k, v in ratios.items():
-        print(f"| {k} | {'—' if v is None else f'{v:.2f}'} |")
+    print(f"\n{len(ids)} chat prompts x {args.repeats} repeats, {args.tokens} new tokens, {args.threads} threads, "
+          f"llama.cpp context {args.context}; edge-spec {info['edge_plan']}")
+    print_rows(rows, info)
+    if ort_reason:
+        print(f"\nORT GenAI: not run on this bundle's graphs: {ort_reason}.")
+    elif json.loads((args.bundle / "edge_spec.json").read_text()).get("vocab_trim"):
+        print("\nORT GenAI speculative ran the bundle's drafter with its trimmed logits scattered back to the full "
+              "vocabulary (peers.untrim_drafter: GenAI compares draft and target logits id by id).")
+    print("\n" + vs_targets.sweep_table(sweep))
+    print("\n" + vs_targets.exact_text(exact))
+    print("\n### Profile of a speculative step (benchmarks/profile_spec.py)\n\n" + prof)
+    targets = vs_targets.targets(rows, info, sweep, exact, ort_reason, prof)
+    if args.summary:
+        print("\n### Issue 10 targets (this run)\n\n" + vs_targets.summary_table(targets))
+    print(f"\nwall time {time.time() - t0:.0f} s")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "args": {k: str(v) for k, v in
-                                    vars(args).items()}, "rows": {k: {kk: vv for kk, vv in v.items() if kk != "runs"}
-                                                                  for k, v in rows.items()},
-                                    "ratios": ratios}, indent=2) + "\n")
+    args.out.write_text(json.dumps({
+        "date": time.strftime("%Y-%m-%d %H:%M"), "args": {k: str(v) for k, v in vars(args).items()},
+        "rows": {k: {kk: vv for kk, vv in v.items() if kk not in ("runs", "token_ids")} for k, v in rows.items()},
+        "ort_genai_unavailable": ort_reason, "memory": info, "budget_sweep": sweep, "exactness": exact,
+        "profile": prof, "targets": targets}, indent=2, default=str) + "\n")
     return 0
 
 
