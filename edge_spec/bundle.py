@@ -37,7 +37,15 @@ class Quantization:
     precision: str  # one of PRECISIONS
     block_size: int | None = None  # int4/int8 block size along K
     accuracy_level: int | None = None  # MatMulNBits accuracy_level (0, 1 = fp32, 4 = int8 activations)
-    io_dtype: str = "float32"  # dtype of logits and KV cache tensors
+    io_dtype: str = "float32"  # dtype of logits (and of the KV cache unless kv_dtype says otherwise)
+    # dtype of the KV cache tensors (past_key_values / present) when it differs from io_dtype: an fp32 graph
+    # with "float16" casts q/k/v to fp16 around GroupQueryAttention and keeps half the KV bytes. None: io_dtype.
+    kv_dtype: str | None = None
+
+    @property
+    def kv_cache_dtype(self) -> str:
+        """The dtype of the KV buffers the runtime allocates: ``kv_dtype`` or, when absent, ``io_dtype``."""
+        return self.kv_dtype or self.io_dtype
 
 
 @dataclass(frozen=True)
@@ -201,6 +209,11 @@ def _at_least(value: int, low: int, where: str) -> None:
                           "or damaged, re-export the bundle.")
 
 
+def kv_bytes_per_token(layers: int, kv_heads: int, head_size: int, dtype: str) -> int:
+    """K and V bytes one context position needs in every layer: 2 x layers x kv_heads x head_size x dtype bytes."""
+    return 2 * layers * kv_heads * head_size * (2 if dtype == "float16" else 4)
+
+
 def _check_model(spec: ModelSpec, where: str) -> None:
     """Ranges and the identities between fields; the graph itself is checked when its session is created."""
     for name in ("num_layers", "num_attention_heads", "num_kv_heads", "head_size", "hidden_size", "vocab_size",
@@ -211,8 +224,10 @@ def _check_model(spec: ModelSpec, where: str) -> None:
     if spec.quantization.io_dtype not in ("float32", "float16"):
         raise BundleError(f"The manifest field '{where}.quantization.io_dtype' is "
                           f"{spec.quantization.io_dtype!r} but must be float32 or float16; re-export the bundle.")
-    kv = 2 * spec.num_layers * spec.num_kv_heads * spec.head_size * (2 if spec.quantization.io_dtype == "float16"
-                                                                     else 4)
+    if spec.quantization.kv_dtype not in (None, "float32", "float16"):
+        raise BundleError(f"The manifest field '{where}.quantization.kv_dtype' is "
+                          f"{spec.quantization.kv_dtype!r} but must be float32, float16 or null; re-export the bundle.")
+    kv = kv_bytes_per_token(spec.num_layers, spec.num_kv_heads, spec.head_size, spec.quantization.kv_cache_dtype)
     if spec.kv_bytes_per_token != kv:
         raise BundleError(f"The manifest field '{where}.kv_bytes_per_token' is {spec.kv_bytes_per_token} but "
                           f"2 x layers x kv_heads x head_size x dtype bytes is {kv}; re-export the bundle.")

@@ -40,13 +40,14 @@ class Decoder:
                                  key=lambda n: (int(n.split(".")[1]), n))
         first = inputs[self.past_names[0]]
         kv_heads, head = int(first.shape[1]), head_size  # the builder leaves the head dim symbolic
-        self.dtype = _NP_DTYPES[first.type]
+        self.kv_dtype = _NP_DTYPES[first.type]  # fp16 KV may sit in an fp32 graph (logits stay fp32)
+        self.dtype = _NP_DTYPES[self.session.get_outputs()[0].type]
         self.max_context = max_context
         self.vocab = int(self.session.get_outputs()[0].shape[-1])
         self.io = self.session.io_binding()
         self.kv = {}
         for name in self.past_names:
-            buf = np.zeros((1, kv_heads, max_context, head), dtype=self.dtype)  # [1, kv_heads, max_ctx, head]
+            buf = np.zeros((1, kv_heads, max_context, head), dtype=self.kv_dtype)  # [1, kv_heads, max_ctx, head]
             value = ort.OrtValue.ortvalue_from_numpy(buf)
             self.kv[name] = (buf, value)
             self.io.bind_ortvalue_input(name, value)

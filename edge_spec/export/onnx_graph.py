@@ -75,6 +75,7 @@ class GraphSpec:
     accuracy_level: int = 4
     rope_factors: tuple[float, ...] | None = None  # per-frequency divisors (GGUF rope_freqs, Llama 3)
     rope_linear: float = 1.0  # linear rope scaling factor
+    kv_dtype: str = "float32"  # "float16": KV cache in fp16, q/k/v cast to fp16 around GroupQueryAttention
 
 
 def take_rows(w: Weight, idx: np.ndarray) -> Weight:
@@ -287,12 +288,19 @@ def _attention(g: _G, x: str, i: int, L: Layer, spec: GraphSpec, seqlens: str, t
             outs[0] = _head_norm(g, outs[0], L.q_norm, spec.heads, spec, f"{p}/q_norm")
             outs[1] = _head_norm(g, outs[1], L.k_norm, spec.kv_heads, spec, f"{p}/k_norm")
         qkv_in = outs
+    half = spec.kv_dtype == "float16"
+    if half:  # GroupQueryAttention's T covers q/k/v, the caches and cos/sin: all fp16, the output cast back
+        qkv_in = [g.node("Cast", [t], f"{p}/{nm}/CastF16", to=10)[0] if t else t
+                  for t, nm in zip(qkv_in, ("q", "k", "v"))]
     att = g.node("GroupQueryAttention",
                  [*qkv_in, f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens, total,
-                  "cos_cache", "sin_cache"], f"{p}/GroupQueryAttention", domain="com.microsoft",
+                  "cos_cache_f16" if half else "cos_cache", "sin_cache_f16" if half else "sin_cache"],
+                 f"{p}/GroupQueryAttention", domain="com.microsoft",
                  outputs=[f"{p}/GroupQueryAttention/output_0", f"present.{i}.key", f"present.{i}.value"],
                  num_heads=spec.heads, kv_num_heads=spec.kv_heads, scale=float(1.0 / np.sqrt(spec.head_dim)),
                  do_rotary=1, rotary_interleaved=0, local_window_size=-1, softcap=0.0)[0]
+    if half:
+        att = g.node("Cast", [att], f"{p}/GroupQueryAttention/CastF32", to=1)[0]
     return _linear(g, att, L.o, f"{p}/o_proj", lvl)
 
 
@@ -325,8 +333,12 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
 
     g = _G()
     cos, sin = rope_caches(spec)
-    g.init("cos_cache", cos)
-    g.init("sin_cache", sin)
+    if spec.kv_dtype == "float16":
+        g.init("cos_cache_f16", cos.astype(np.float16))
+        g.init("sin_cache_f16", sin.astype(np.float16))
+    else:
+        g.init("cos_cache", cos)
+        g.init("sin_cache", sin)
     one = g.init("one_i64", np.array([1], dtype=np.int64))
     total_sum = g.node("ReduceSum", ["attention_mask", one], "/mask/ReduceSum", keepdims=0)[0]
     seqlens = g.node("Cast", [g.node("Sub", [total_sum, one], "/mask/Sub")[0]], "/mask/Cast", to=6)[0]
@@ -358,6 +370,7 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
     vocab_out = dec.lm_head.n if is_quant(dec.lm_head) or is_split(dec.lm_head) else np.asarray(dec.lm_head).shape[0]
 
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64
+    kv_t = TensorProto.FLOAT16 if spec.kv_dtype == "float16" else f32
     n_layers = len(dec.layers)
     past = ["batch_size", spec.kv_heads, "past_sequence_length", spec.head_dim]
     pres = ["batch_size", spec.kv_heads, "total_sequence_length", spec.head_dim]
@@ -365,8 +378,8 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
               helper.make_tensor_value_info("attention_mask", i64, ["batch_size", "total_sequence_length"])]
     outputs = [helper.make_tensor_value_info("logits", f32, ["batch_size", "sequence_length", int(vocab_out)])]
     for kind in ("key", "value"):
-        inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{kind}", f32, past) for i in range(n_layers)]
-        outputs += [helper.make_tensor_value_info(f"present.{i}.{kind}", f32, pres) for i in range(n_layers)]
+        inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{kind}", kv_t, past) for i in range(n_layers)]
+        outputs += [helper.make_tensor_value_info(f"present.{i}.{kind}", kv_t, pres) for i in range(n_layers)]
     graph = helper.make_graph(g.nodes, "edge_spec_decoder", inputs, outputs, g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
                                                     helper.make_opsetid("com.microsoft", 1)],

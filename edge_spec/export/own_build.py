@@ -12,6 +12,7 @@ Each build returns a per-tensor report (what was exact) for the manifest and the
 
 from __future__ import annotations
 
+import dataclasses
 import filecmp
 import json
 import os
@@ -297,7 +298,7 @@ def graph_spec(cfg: dict[str, Any], max_context: int, accuracy_level: int, m: gg
 
 def build(src: Source, out_dir: Path, max_context: int, accuracy_level: int, bits: int | None = 4,
           block_size: int = 32, kept: np.ndarray | None = None, layers: int | None = None,
-          mode: str = "exact") -> Path:
+          mode: str = "exact", kv_dtype: str = "float32") -> Path:
     """Write ``out_dir/model.onnx`` (+ data) for ``src``; fills ``src.report``. ``bits`` applies to distilled
     drafters only (GGUF tensors keep their own); ``mode`` to GGUF files (:class:`Policy`)."""
     if src.kind == "gguf":
@@ -305,7 +306,7 @@ def build(src: Source, out_dir: Path, max_context: int, accuracy_level: int, bit
     else:
         dec, report = distilled_decoder(src, bits, block_size, kept, Policy(mode, accuracy_level))
     src.report = report
-    spec = graph_spec(src.config, max_context, accuracy_level, src.gguf)
+    spec = dataclasses.replace(graph_spec(src.config, max_context, accuracy_level, src.gguf), kv_dtype=kv_dtype)
     return build_decoder(dec, spec, out_dir / "model.onnx")
 
 

@@ -47,9 +47,11 @@ class ModelSession:
         self.min_rows = max(1, min_rows)
         pad = self.min_rows - 1
         dtype = _DTYPES.get(spec.quantization.io_dtype)
-        if dtype is None:
-            raise BundleError(f"Unsupported io_dtype '{spec.quantization.io_dtype}' in the manifest; "
-                              "re-export with float32 or float16.")
+        kv_dtype = _DTYPES.get(spec.quantization.kv_cache_dtype)
+        if dtype is None or kv_dtype is None:
+            raise BundleError(f"Unsupported io_dtype '{spec.quantization.io_dtype}' / kv_dtype "
+                              f"'{spec.quantization.kv_cache_dtype}' in the manifest; re-export with float32 or "
+                              "float16.")
         try:
             self.session = ort.InferenceSession(str(graph), session_options(threads), providers=list(providers))
         except Exception as exc:  # ORT raises several unrelated types for a bad file
@@ -65,7 +67,8 @@ class ModelSession:
                 raise BundleError(f"The graph '{graph}' has no input '{name}' named in the manifest; re-export it.")
         check_graph(self.session, spec, graph)
 
-        self.kv = KVCache(spec.num_layers, spec.num_kv_heads, spec.head_size, capacity, dtype, scratch=pad)
+        # KV in the manifest's kv dtype (fp16 halves it; the graph casts around GroupQueryAttention), logits in io_dtype
+        self.kv = KVCache(spec.num_layers, spec.num_kv_heads, spec.head_size, capacity, kv_dtype, scratch=pad)
         rows = max(max_rows, self.min_rows)
         self.ids = np.zeros((1, rows), dtype=np.int64)  # [1, max(max_rows, min_rows)]
         self.mask = np.ones((1, capacity + pad), dtype=np.int64)  # [1, capacity + pad]; a pass binds a prefix
@@ -89,7 +92,7 @@ class ModelSession:
                 if kv_device == "cpu":
                     value = ort.OrtValue.ortvalue_from_numpy(buf)  # shares buf's memory
                 else:
-                    value = ort.OrtValue.ortvalue_from_shape_and_type(buf.shape, dtype, kv_device, 0)
+                    value = ort.OrtValue.ortvalue_from_shape_and_type(buf.shape, kv_dtype, kv_device, 0)
                 self._kv_values.append(value)
                 self.io.bind_ortvalue_input(past % layer, value)
                 self.io.bind_ortvalue_output(present % layer, value)  # same buffer: shared past/present
