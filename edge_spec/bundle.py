@@ -17,6 +17,7 @@ both the lean runtime and the exporter can use it.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
@@ -143,6 +144,25 @@ class SourceModel:
     sha256: str  # hash over the checkpoint's weight and config files
 
 
+SHARED_DTYPES = ("uint8", "int8", "float32", "float16", "int64")
+
+
+@dataclass(frozen=True)
+class SharedInitializer:
+    """A weight tensor target and drafter both read, byte for byte the same (the shared embedding).
+
+    The runtime maps ``length`` bytes at ``offset`` of ``file`` (bundle-relative, the target's copy) once
+    and hands that one buffer to both ONNX Runtime sessions (``SessionOptions.add_initializer``), so the
+    drafter does not load a second copy; ``load_bytes`` are measured that way."""
+
+    name: str  # initializer name, the same in both graphs
+    file: str  # bundle-relative external-data file, e.g. "target/embed.data"
+    offset: int
+    length: int
+    dtype: str  # one of SHARED_DTYPES
+    shape: tuple[int, ...]
+
+
 @dataclass(frozen=True)
 class Manifest:
     """The whole ``edge_spec.json``."""
@@ -157,6 +177,7 @@ class Manifest:
     format: str = FORMAT
     version: int = SCHEMA_VERSION
     notes: dict[str, Any] = field(default_factory=dict)  # export report (timings, kept share, ...)
+    shared_initializers: tuple[SharedInitializer, ...] = ()  # loaded once for both sessions (absent: none)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -301,8 +322,27 @@ def manifest_from_json(data: Any) -> Manifest:
         vocab_trim=None if data.get("vocab_trim") is None else _build(VocabTrim, data["vocab_trim"], "vocab_trim"),
         sources={k: _build(SourceModel, v, f"sources.{k}") for k, v in (data.get("sources") or {}).items()},
         created_by=base.created_by, created_at=base.created_at, version=version,
-        notes=dict(base.notes),
+        notes=dict(base.notes), shared_initializers=_shared(data.get("shared_initializers") or []),
     )
+
+
+def _shared(items: Any) -> tuple[SharedInitializer, ...]:
+    if not isinstance(items, list):
+        raise BundleError("The manifest field 'shared_initializers' should be a list; re-export the bundle.")
+    out = []
+    for i, item in enumerate(items):
+        where = f"shared_initializers[{i}]"
+        t = _build(SharedInitializer, item, where)
+        shape = t.shape if isinstance(t.shape, list) else None
+        if shape is None or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise BundleError(f"The manifest field '{where}.shape' should be a list of sizes; re-export the bundle.")
+        _at_least(t.offset, 0, f"{where}.offset")
+        size = {"uint8": 1, "int8": 1, "float16": 2, "float32": 4, "int64": 8}.get(t.dtype)
+        if size is None or math.prod(shape) * size != t.length:
+            raise BundleError(f"The manifest field '{where}' has dtype {t.dtype!r} and shape {shape} that do not "
+                              f"make {t.length} bytes; re-export the bundle.")
+        out.append(SharedInitializer(t.name, t.file, t.offset, t.length, t.dtype, tuple(shape)))
+    return tuple(out)
 
 
 def read_manifest(bundle: str | os.PathLike[str]) -> Manifest:
@@ -351,6 +391,7 @@ def bundle_files(m: Manifest) -> list[str]:
             out.extend(spec.data_files)
     if m.vocab_trim is not None:
         out.append(m.vocab_trim.id_map)
+    out.extend(t.file for t in m.shared_initializers if t.file not in out)
     return out
 
 

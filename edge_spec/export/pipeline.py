@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from edge_spec.bundle import (
     Manifest,
     ModelSpec,
     Quantization,
+    SharedInitializer,
     SourceModel,
     TokenizerSpec,
     VocabTrim,
@@ -292,11 +293,16 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint, 
     for f in ("genai_config.json",) + TOKENIZER_FILES:  # the drafter dir holds only its graph (+ id map)
         (tmp / "drafter" / f).unlink(missing_ok=True)
     shared = own_build.share_embedding(tmp / "target", tmp / "drafter", say)
+    # mapped once and given to both sessions by the runtime; measured the same way
+    shared_inits = own_build.shared_initializers(tmp) if shared else []
 
     specs = {}
     for role, ckpt, q in (("target", t_ckpt, opts.target_quant), ("drafter", d_ckpt, opts.drafter_quant)):
-        with _timed(say, "measure", f"{role} load and workspace memory"):
-            specs[role] = _model_spec(tmp, role, ckpt, q, opts, max_ctx, int(t_cfg["vocab_size"]))
+        with _timed(say, "measure", f"{role} load and workspace memory"
+                    + (" (next to the loaded target, as the runtime loads it)" if role == "drafter" else "")):
+            beside = (tmp / "target" / "model.onnx", _head_size(t_cfg)) if role == "drafter" else None
+            specs[role] = _model_spec(tmp, role, ckpt, q, opts, max_ctx, int(t_cfg["vocab_size"]),
+                                      shared=shared_inits, beside=beside)
     with _timed(say, "measure", "target batch invariance (k-token passes vs 1-token steps, bit for bit)"):
         rows = invariance.batch_invariant_rows(tmp / specs["target"].graph, specs["target"])
         specs["target"] = replace(specs["target"], batch_invariant_rows=rows)
@@ -312,6 +318,7 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint, 
                "calibration_prompts": len(prompts) if trim else 0,
                "trim_share": opts.trim_share if opts.trim_vocab == "auto" else None,
                **({"shared_embedding": shared} if shared else {})},
+        shared_initializers=tuple(shared_inits),
     )
     write_manifest(tmp, manifest)
     return manifest
@@ -424,7 +431,8 @@ def _effective_tokenizer(tok, path: Path):
 
 
 def _model_spec(root: Path, role: str, ckpt: build.Checkpoint, q: Quant, opts: ExportOptions, max_ctx: int,
-                full_vocab: int) -> ModelSpec:
+                full_vocab: int, shared: list[SharedInitializer] | None = None,
+                beside: tuple[Path, int] | None = None) -> ModelSpec:
     import onnx
 
     cfg = ckpt.config
@@ -440,7 +448,8 @@ def _model_spec(root: Path, role: str, ckpt: build.Checkpoint, q: Quant, opts: E
                                                                  or cfg["num_attention_heads"]), _head_size(cfg)
     data = [p for p in sorted((root / role).iterdir()) if p.name.endswith(".data")]
     if opts.measure_memory:
-        mem = measure.measure_memory(graph, max_ctx, head)
+        mem = measure.measure_memory(graph, max_ctx, head, shared=[asdict(t) for t in shared or []], root=root,
+                                     beside=beside)
     else:
         mem = {"load_bytes": 0, "workspace_bytes": {1: 0}}
     quant = Quantization(precision=q.precision,

@@ -25,7 +25,7 @@ from edge_spec.runtime.drafting import DraftPolicy
 from edge_spec.runtime.memory import current_rss
 from edge_spec.runtime.providers import resolve_device
 from edge_spec.runtime.sampling import Noise, Rejection
-from edge_spec.runtime.session import ModelSession
+from edge_spec.runtime.session import ModelSession, shared_initializers
 from edge_spec.runtime.speculative import Decoder, decode
 
 BASELINE_ROUNDING = 4 << 20
@@ -73,15 +73,18 @@ class Engine:
         # Speculating: pad 1-token target passes to the graph's batch-invariant size, so a verify
         # pass computes each row exactly as a plain step does (greedy SD == greedy AR, bit for bit).
         min_rows = (manifest.target.batch_invariant_rows or 1) if plan.mode != "ar" else 1
+        # One mapping of the weights both graphs read (the embedding), given to both sessions. Always, as at
+        # export, where the target's load_bytes are measured with it and the drafter's beside the target.
+        shared = shared_initializers(root, manifest) if t_dev == "cpu" and d_dev == "cpu" else {}
         target = ModelSession(root / manifest.target.graph, manifest.target, providers=t_providers, device=t_dev,
                               capacity=plan.max_context, max_rows=plan.target_rows, threads=threads,
-                              min_rows=min_rows)
+                              min_rows=min_rows, initializers=shared)
         drafter = id_map = None
         if plan.mode == "speculative":
             assert manifest.drafter is not None
             drafter = ModelSession(root / manifest.drafter.graph, manifest.drafter, providers=d_providers,
                                    device=d_dev, capacity=plan.max_context, max_rows=plan.drafter_rows,
-                                   threads=threads)
+                                   threads=threads, initializers=shared)
             if manifest.vocab_trim is not None:
                 id_map = _load_id_map(root, manifest)
             elif manifest.drafter.vocab_size != manifest.target.vocab_size:
