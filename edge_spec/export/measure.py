@@ -95,7 +95,7 @@ def memory_profile(graph: str, max_context: int, head_size: int, max_k: int = MA
     they are mapped once and given to the session(s), as ``Engine.load`` does. ``beside`` = (graph, head size): a model
     created first and left loaded, as the runtime creates the target before the drafter; the load
     measured is then what this graph adds next to it. Without that, the first session of a process
-    also pays ONNX Runtime's one-off set-up (kernel registry, thread pool: ~12 MiB), which the
+    also pays ONNX Runtime's one-off set-up (kernel registry, thread pool: ~11 MiB), which the
     runtime pays once, with the target, and the drafter's shared weights would count twice."""
     values: dict[str, ort.OrtValue] = {}
     if shared:
