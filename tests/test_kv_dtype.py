@@ -26,13 +26,17 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Two bundles of one tiny llama GGUF pair, fp32 and fp16 KV (256 positions, untrimmed drafter)."""
+    """Two bundles of one tiny llama GGUF pair, fp32 and fp16 KV (256 positions, trimmed drafter: the
+    calibration pass samples from the fp16-KV target graph too)."""
     root = tmp_path_factory.mktemp("kv")
     target = write_tiny_gguf(root / "target.gguf", "llama", 2, seed=1)
     drafter = write_tiny_gguf(root / "drafter.gguf", "llama", 1, seed=2)
+    prompts = root / "prompts.txt"
+    prompts.write_text("chat:hello world\nchat:what is the capital of the world\ndef hello():\\n\n", encoding="utf-8")
     out = {}
     for kv in ("float32", "float16"):
-        opts = ExportOptions(trim_vocab=None, max_context=256, measure_memory=False, target_quant=Quant("int4", 4),
+        opts = ExportOptions(trim_vocab=120, calibration=prompts, max_context=256, measure_memory=False,
+                             target_quant=Quant("int4", 4),
                              drafter_quant=Quant("int4", 4), gguf_mode="split", kv_dtype=kv)
         export_bundle(str(target), str(drafter), root / kv, opts, progress=None)
         out[kv] = root / kv
