@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rows[-1]), file=sys.stderr)
 
     print(f"process baseline (python + onnxruntime + numpy + tokenizer): {base / MiB:.1f} MiB")
-    print(f"{'system':<22} {'bundle':<12} {'context':>7} {'mode':<12} {'peak RSS':>10} {'vs llama.cpp':>12} "
+    print(f"{'system':<22} {'bundle':<16} {'context':>7} {'mode':<12} {'peak RSS':>10} {'vs llama.cpp':>12} "
           f"{'generation memory':>18}")
     for r in rows:
         ref = llama.get(r.get("context"))
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             gen_bytes = r["peak_rss"] - base - weights
             r["generation_bytes"] = gen_bytes
             gen = f"{gen_bytes / MiB:.1f} MiB"
-        print(f"{r['system']:<22} {r.get('bundle', '-'):<12} {r.get('context', '-')!s:>7} {r.get('mode', '-'):<12} "
+        print(f"{r['system']:<22} {r.get('bundle', '-'):<16} {r.get('context', '-')!s:>7} {r.get('mode', '-'):<12} "
               f"{r['peak_rss'] / MiB:>6.1f} MiB {ratio:>12} {gen:>18}")
     if args.out:
         args.out.write_text(json.dumps({"baseline": base, "rows": rows, "prompt": PROMPT, "tokens": args.tokens,
