@@ -17,6 +17,7 @@ both the lean runtime and the exporter can use it.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
@@ -37,7 +38,15 @@ class Quantization:
     precision: str  # one of PRECISIONS
     block_size: int | None = None  # int4/int8 block size along K
     accuracy_level: int | None = None  # MatMulNBits accuracy_level (0, 1 = fp32, 4 = int8 activations)
-    io_dtype: str = "float32"  # dtype of logits and KV cache tensors
+    io_dtype: str = "float32"  # dtype of logits (and of the KV cache unless kv_dtype says otherwise)
+    # dtype of the KV cache tensors (past_key_values / present) when it differs from io_dtype: an fp32 graph
+    # with "float16" casts q/k/v to fp16 around GroupQueryAttention and keeps half the KV bytes. None: io_dtype.
+    kv_dtype: str | None = None
+
+    @property
+    def kv_cache_dtype(self) -> str:
+        """The dtype of the KV buffers the runtime allocates: ``kv_dtype`` or, when absent, ``io_dtype``."""
+        return self.kv_dtype or self.io_dtype
 
 
 @dataclass(frozen=True)
@@ -135,6 +144,25 @@ class SourceModel:
     sha256: str  # hash over the checkpoint's weight and config files
 
 
+SHARED_DTYPES = ("uint8", "int8", "float32", "float16", "int64")
+
+
+@dataclass(frozen=True)
+class SharedInitializer:
+    """A weight tensor target and drafter both read, byte for byte the same (the shared embedding).
+
+    The runtime maps ``length`` bytes at ``offset`` of ``file`` (bundle-relative, the target's copy) once
+    and hands that one buffer to both ONNX Runtime sessions (``SessionOptions.add_initializer``), so the
+    drafter does not load a second copy; ``load_bytes`` are measured that way."""
+
+    name: str  # initializer name, the same in both graphs
+    file: str  # bundle-relative external-data file, e.g. "target/embed.data"
+    offset: int
+    length: int
+    dtype: str  # one of SHARED_DTYPES
+    shape: tuple[int, ...]
+
+
 @dataclass(frozen=True)
 class Manifest:
     """The whole ``edge_spec.json``."""
@@ -149,6 +177,7 @@ class Manifest:
     format: str = FORMAT
     version: int = SCHEMA_VERSION
     notes: dict[str, Any] = field(default_factory=dict)  # export report (timings, kept share, ...)
+    shared_initializers: tuple[SharedInitializer, ...] = ()  # loaded once for both sessions (absent: none)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -201,6 +230,11 @@ def _at_least(value: int, low: int, where: str) -> None:
                           "or damaged, re-export the bundle.")
 
 
+def kv_bytes_per_token(layers: int, kv_heads: int, head_size: int, dtype: str) -> int:
+    """K and V bytes one context position needs in every layer: 2 x layers x kv_heads x head_size x dtype bytes."""
+    return 2 * layers * kv_heads * head_size * (2 if dtype == "float16" else 4)
+
+
 def _check_model(spec: ModelSpec, where: str) -> None:
     """Ranges and the identities between fields; the graph itself is checked when its session is created."""
     for name in ("num_layers", "num_attention_heads", "num_kv_heads", "head_size", "hidden_size", "vocab_size",
@@ -211,8 +245,10 @@ def _check_model(spec: ModelSpec, where: str) -> None:
     if spec.quantization.io_dtype not in ("float32", "float16"):
         raise BundleError(f"The manifest field '{where}.quantization.io_dtype' is "
                           f"{spec.quantization.io_dtype!r} but must be float32 or float16; re-export the bundle.")
-    kv = 2 * spec.num_layers * spec.num_kv_heads * spec.head_size * (2 if spec.quantization.io_dtype == "float16"
-                                                                     else 4)
+    if spec.quantization.kv_dtype not in (None, "float32", "float16"):
+        raise BundleError(f"The manifest field '{where}.quantization.kv_dtype' is "
+                          f"{spec.quantization.kv_dtype!r} but must be float32, float16 or null; re-export the bundle.")
+    kv = kv_bytes_per_token(spec.num_layers, spec.num_kv_heads, spec.head_size, spec.quantization.kv_cache_dtype)
     if spec.kv_bytes_per_token != kv:
         raise BundleError(f"The manifest field '{where}.kv_bytes_per_token' is {spec.kv_bytes_per_token} but "
                           f"2 x layers x kv_heads x head_size x dtype bytes is {kv}; re-export the bundle.")
@@ -286,8 +322,27 @@ def manifest_from_json(data: Any) -> Manifest:
         vocab_trim=None if data.get("vocab_trim") is None else _build(VocabTrim, data["vocab_trim"], "vocab_trim"),
         sources={k: _build(SourceModel, v, f"sources.{k}") for k, v in (data.get("sources") or {}).items()},
         created_by=base.created_by, created_at=base.created_at, version=version,
-        notes=dict(base.notes),
+        notes=dict(base.notes), shared_initializers=_shared(data.get("shared_initializers") or []),
     )
+
+
+def _shared(items: Any) -> tuple[SharedInitializer, ...]:
+    if not isinstance(items, list):
+        raise BundleError("The manifest field 'shared_initializers' should be a list; re-export the bundle.")
+    out = []
+    for i, item in enumerate(items):
+        where = f"shared_initializers[{i}]"
+        t = _build(SharedInitializer, item, where)
+        shape = t.shape if isinstance(t.shape, list) else None
+        if shape is None or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise BundleError(f"The manifest field '{where}.shape' should be a list of sizes; re-export the bundle.")
+        _at_least(t.offset, 0, f"{where}.offset")
+        size = {"uint8": 1, "int8": 1, "float16": 2, "float32": 4, "int64": 8}.get(t.dtype)
+        if size is None or math.prod(shape) * size != t.length:
+            raise BundleError(f"The manifest field '{where}' has dtype {t.dtype!r} and shape {shape} that do not "
+                              f"make {t.length} bytes; re-export the bundle.")
+        out.append(SharedInitializer(t.name, t.file, t.offset, t.length, t.dtype, tuple(shape)))
+    return tuple(out)
 
 
 def read_manifest(bundle: str | os.PathLike[str]) -> Manifest:
@@ -336,6 +391,7 @@ def bundle_files(m: Manifest) -> list[str]:
             out.extend(spec.data_files)
     if m.vocab_trim is not None:
         out.append(m.vocab_trim.id_map)
+    out.extend(t.file for t in m.shared_initializers if t.file not in out)
     return out
 
 

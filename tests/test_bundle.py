@@ -110,3 +110,30 @@ def test_no_drafter_bundle(tmp_path: Path) -> None:
     m = replace(make_manifest(), drafter=None, vocab_trim=None)
     _write_bundle(tmp_path, m)
     assert read_manifest(tmp_path).drafter is None
+
+
+def test_kv_dtype_and_shared_initializers_round_trip_and_validate(tmp_path: Path) -> None:
+    from edge_spec.bundle import SharedInitializer
+
+    m = make_manifest()
+    q16 = replace(m.target.quantization, kv_dtype="float16")
+    m = replace(m, target=replace(m.target, quantization=q16, kv_bytes_per_token=2 * 2 * 2 * 32 * 2),
+                shared_initializers=(SharedInitializer("embed.scales", "target/embed.data", 64, 8192 * 4 * 4,
+                                                       "float32", (8192, 4)),))
+    _write_bundle(tmp_path, m)
+    assert read_manifest(tmp_path) == m
+    data = json.loads((tmp_path / "edge_spec.json").read_text())
+    bad_kv = json.loads(json.dumps(data))
+    bad_kv["target"]["kv_bytes_per_token"] = 2 * 2 * 2 * 32 * 4  # fp32 bytes for an fp16 cache
+    with pytest.raises(BundleError, match="kv_bytes_per_token"):
+        manifest_from_json(bad_kv)
+    bad_shape = json.loads(json.dumps(data))
+    bad_shape["shared_initializers"][0]["shape"] = [8192, 5]
+    with pytest.raises(BundleError, match="do not make"):
+        manifest_from_json(bad_shape)
+    old = json.loads(json.dumps(data))
+    del old["shared_initializers"]
+    del old["target"]["quantization"]["kv_dtype"]
+    old["target"]["kv_bytes_per_token"] = 2 * 2 * 2 * 32 * 4
+    loaded = manifest_from_json(old)  # a manifest written before these fields: fp32 KV, nothing shared
+    assert loaded.shared_initializers == () and loaded.target.quantization.kv_cache_dtype == "float32"

@@ -23,7 +23,9 @@ def _plan(args: list[str]) -> dict:
 def test_inspect_and_generate_plan_identically(demo_bundle):
     lower = None
     for budget in ("90MB", "100MB", "120MB", "150MB", "1GB"):
-        inspect = _plan(["inspect", str(demo_bundle), "--memory-budget", budget])
+        # generate sizes the context for its request; inspect plans the same request when told it
+        inspect = _plan(["inspect", str(demo_bundle), "--memory-budget", budget, "--prompt", "x",
+                         "--max-new-tokens", "1"])
         generate = _plan(["generate", str(demo_bundle), "--prompt", "x", "--max-new-tokens", "1",
                           "--memory-budget", budget])
         assert inspect.keys() == generate.keys(), (budget, inspect, generate)

@@ -62,8 +62,10 @@ class Chat:
     def loop(self, bundle) -> int:
         plan = self.engine.plan
         where = str(bundle).replace(str(Path.home()), "~", 1) if str(bundle).startswith(str(Path.home())) else bundle
+        # A chat's length is unknown up front, so it keeps a default context (unlike generate); say which and why
+        how = "--max-context" if self.engine.config.max_context else "the default; --max-context N sets it"
         self.out.line(self.out.dim(f"edge-spec chat: {where} ({plan.mode}, context {plan.max_context} tokens, "
-                                   f"{common.mib(plan.total_bytes)} planned). /help lists commands."))
+                                   f"{how}; {common.mib(plan.total_bytes)} planned). /help lists commands."))
         while True:
             try:
                 line = self.read("you> ")

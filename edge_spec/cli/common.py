@@ -128,7 +128,9 @@ def generation_config(args: argparse.Namespace, **extra: Any) -> GenerationConfi
                             top_p=args.top_p, seed=args.seed, speculative=not args.no_speculation, **extra)
 
 
-def load_engine(args: argparse.Namespace, bundle: Any) -> Engine:
+def load_engine(args: argparse.Namespace, bundle: Any, prompt: Any = None, max_new_tokens: int | None = None) -> Engine:
+    """Engine.load with the command's options; ``prompt`` + ``max_new_tokens`` size the context when
+    --max-context is absent (a one-shot request), else the bundle's context is planned."""
     import warnings
 
     from edge_spec.runtime.engine import Engine
@@ -137,7 +139,8 @@ def load_engine(args: argparse.Namespace, bundle: Any) -> Engine:
         warnings.simplefilter("always")
         engine = Engine.load(bundle, memory_budget=args.memory_budget, device=args.device,
                              drafter_device=args.drafter_device, max_context=getattr(args, "max_context", None),
-                             drafting="none" if getattr(args, "no_speculation", False) else "auto")
+                             drafting="none" if getattr(args, "no_speculation", False) else "auto",
+                             prompt=prompt, max_new_tokens=max_new_tokens)
     for w in caught:
         print(f"edge-spec: warning: {w.message}", file=sys.stderr)
     return engine

@@ -60,6 +60,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="calibration prompts, one per line ('chat:' prefix = user turn); default: built-in set")
     p.add_argument("--max-context", type=int, metavar="N",
                    help="tokens the KV buffers may hold (default: the target's positions, at most 4096)")
+    p.add_argument("--kv-dtype", choices=("fp32", "fp16"), default="fp32",
+                   help="KV cache precision of graphs edge-spec builds (GGUF files, distilled drafters): fp16 halves "
+                        "KV memory (q/k/v cast to fp16 around attention; greedy output may differ from fp32 KV "
+                        "after some tokens, speculative still equals plain decoding of the same bundle); default fp32")
     p.add_argument("--execution-provider", default="cpu", choices=("cpu", "cuda", "dml", "webgpu"))
     p.add_argument("--trust-remote-code", action="store_true", help="allow checkpoints that need hub code")
     p.add_argument("--force", action="store_true", help="replace an existing output directory")
@@ -85,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
                          trim_vocab=_trim(args.trim_vocab), calibration=args.calibration,
                          max_context=args.max_context, execution_provider=args.execution_provider,
                          force=args.force, trust_remote_code=args.trust_remote_code, lm_head=args.lm_head,
-                         gguf_mode=args.gguf_mode)
+                         gguf_mode=args.gguf_mode, kv_dtype={"fp16": "float16"}.get(args.kv_dtype, "float32"))
     m = export_bundle(args.target, args.drafter, args.out, opts)
     trim = f", drafter vocab {m.vocab_trim.kept}/{m.vocab_trim.full}" if m.vocab_trim else ""
     print(f"Wrote bundle {args.out} (target {m.target.quantization.precision}, drafter "

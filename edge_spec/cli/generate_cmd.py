@@ -28,6 +28,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--stop", action="append", default=[], metavar="TEXT",
                    help="stop when this text appears (not printed; \\n and \\t are understood); repeatable")
     p.add_argument("--json", action="store_true", help="print one JSON object with text and stats")
+    p.add_argument("--max-context", type=common.positive_int, metavar="N",
+                   help="KV positions to preallocate (default: what this request needs, the prompt + "
+                        "--max-new-tokens rounded up to 128, within the bundle's context and the budget)")
     common.add_sampling_options(p)
     common.add_load_options(p)
     p.set_defaults(run=run)
@@ -38,10 +41,11 @@ def run(args: argparse.Namespace) -> int:
         raise EdgeSpecError("--system only applies with --chat; add --chat or drop --system.")
     cfg = common.generation_config(args, stop=tuple(common.unescape(s) for s in args.stop))
     prompt = _prompt(args.prompt)
-    engine = common.load_engine(args, common.bundle_path(args.bundle))
+    messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
+        [{"role": "user", "content": prompt}]
+    engine = common.load_engine(args, common.bundle_path(args.bundle), messages if args.chat else prompt,
+                                cfg.max_new_tokens)
     if args.chat:
-        messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
-            [{"role": "user", "content": prompt}]
         events = engine.chat(messages, cfg, stream=True)
     else:
         events = engine.stream(prompt, cfg)

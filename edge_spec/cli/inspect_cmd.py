@@ -27,6 +27,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("bundle", metavar="BUNDLE", help=common.BUNDLE_HELP)
     p.add_argument("--memory-budget", type=common.budget, metavar="SIZE", help="plan for this budget (default none)")
     p.add_argument("--max-context", type=common.positive_int, metavar="N", help="cap the planned context")
+    p.add_argument("--prompt", metavar="TEXT", help="plan the context for this prompt (with --max-new-tokens), as "
+                   "'edge-spec generate' does")
+    p.add_argument("--max-new-tokens", type=common.positive_int, metavar="N",
+                   help="plan the context for a request of this many new tokens (prompt + N, rounded up to 128)")
     p.add_argument("--json", action="store_true", help="print the manifest and the plan as JSON")
     p.set_defaults(run=run)
 
@@ -39,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
 
     root = common.bundle_path(args.bundle)
     # Engine.plan runs Engine.load's own steps up to planning, so the two cannot disagree.
-    plan = Engine.plan(root, args.memory_budget, max_context=args.max_context)
+    plan = Engine.plan(root, args.memory_budget, max_context=args.max_context, prompt=args.prompt,
+                       max_new_tokens=args.max_new_tokens)
     m = read_manifest(root)
     tok = Tokenizer.from_file(str(root / m.tokenizer.files[0]))
     _check_graphs(root, m)  # after planning: the sessions' memory is not part of the baseline

@@ -103,7 +103,9 @@ class _Batch:
         self.session = ort.InferenceSession(str(graph), session_options(0), providers=["CPUExecutionProvider"])
         inputs = {i.name: i for i in self.session.get_inputs()}
         self.past = sorted(n for n in inputs if n.startswith("past_key_values."))
-        self.dtype = np.float16 if inputs[self.past[0]].type == "tensor(float16)" else np.float32
+        self.dtype = np.float16 if inputs[self.past[0]].type == "tensor(float16)" else np.float32  # KV dtype
+        # logits keep their own dtype: an fp32 graph may hold its KV in fp16 (export --kv-dtype fp16)
+        self.out_dtype = np.float16 if self.session.get_outputs()[0].type == "tensor(float16)" else np.float32
         self.kv_heads, self.head = int(inputs[self.past[0]].shape[1]), head_size
         self.vocab = int(self.session.get_outputs()[0].shape[-1])
         self.bufs: dict[str, np.ndarray] = {}
@@ -127,8 +129,8 @@ class _Batch:
         mask = (np.arange(int(lengths.max()) + k)[None, :] < (lengths + k)[:, None]).astype(np.int64)  # [n, len]
         io.bind_cpu_input("input_ids", np.ascontiguousarray(tokens, dtype=np.int64))
         io.bind_cpu_input("attention_mask", mask)
-        logits = np.empty((n, k, self.vocab), dtype=self.dtype)  # [n, k, vocab]
-        io.bind_output("logits", "cpu", 0, self.dtype, list(logits.shape), logits.ctypes.data)
+        logits = np.empty((n, k, self.vocab), dtype=self.out_dtype)  # [n, k, vocab]
+        io.bind_output("logits", "cpu", 0, self.out_dtype, list(logits.shape), logits.ctypes.data)
         self.session.run_with_iobinding(io)
         return logits[:, -1].astype(np.float32)
 

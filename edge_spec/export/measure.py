@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -33,20 +34,25 @@ class Decoder:
     This is how the runtime drives the graph (GUIDE §3): GroupQueryAttention writes the new
     positions in place and reads the valid length from ``attention_mask``."""
 
-    def __init__(self, graph: str | os.PathLike[str], max_context: int, head_size: int, threads: int = 0) -> None:
-        self.session = ort.InferenceSession(str(graph), session_options(threads), providers=["CPUExecutionProvider"])
+    def __init__(self, graph: str | os.PathLike[str], max_context: int, head_size: int, threads: int = 0,
+                 initializers: dict[str, ort.OrtValue] | None = None) -> None:
+        so = session_options(threads)
+        for name, value in (initializers or {}).items():  # shared weights, handed over as the runtime does
+            so.add_initializer(name, value)
+        self.session = ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
         inputs = {i.name: i for i in self.session.get_inputs()}
         self.past_names = sorted((n for n in inputs if n.startswith("past_key_values.")),
                                  key=lambda n: (int(n.split(".")[1]), n))
         first = inputs[self.past_names[0]]
         kv_heads, head = int(first.shape[1]), head_size  # the builder leaves the head dim symbolic
-        self.dtype = _NP_DTYPES[first.type]
+        self.kv_dtype = _NP_DTYPES[first.type]  # fp16 KV may sit in an fp32 graph (logits stay fp32)
+        self.dtype = _NP_DTYPES[self.session.get_outputs()[0].type]
         self.max_context = max_context
         self.vocab = int(self.session.get_outputs()[0].shape[-1])
         self.io = self.session.io_binding()
         self.kv = {}
         for name in self.past_names:
-            buf = np.zeros((1, kv_heads, max_context, head), dtype=self.dtype)  # [1, kv_heads, max_ctx, head]
+            buf = np.zeros((1, kv_heads, max_context, head), dtype=self.kv_dtype)  # [1, kv_heads, max_ctx, head]
             value = ort.OrtValue.ortvalue_from_numpy(buf)
             self.kv[name] = (buf, value)
             self.io.bind_ortvalue_input(name, value)
@@ -74,16 +80,36 @@ def _reset_peak() -> bool:
         return False
 
 
-def memory_profile(graph: str, max_context: int, head_size: int, max_k: int = MAX_WORKSPACE_K) -> dict[str, object]:
+def memory_profile(graph: str, max_context: int, head_size: int, max_k: int = MAX_WORKSPACE_K,
+                   shared: list[dict[str, Any]] | None = None, root: str | None = None,
+                   beside: tuple[str, int] | None = None) -> dict[str, object]:
     """Run in a fresh process: RSS added by session creation, and peak RSS of k-token passes.
 
     load_bytes = RSS after creating the session and running one warm-up token (weight
     prepacking happens lazily) minus RSS before, minus the KV buffers (which the runtime
     budgets separately). workspace_bytes[k] = peak RSS during one k-token pass minus RSS
     just before it, with the peak mark reset before each pass; k grows 1..max_k and each
-    value is made monotone (a k-token pass never needs less than a shorter one)."""
+    value is made monotone (a k-token pass never needs less than a shorter one).
+
+    ``shared``: the manifest's ``shared_initializers`` (as JSON objects, files relative to ``root``);
+    they are mapped once and given to the session(s), as ``Engine.load`` does. ``beside`` = (graph, head size): a model
+    created first and left loaded, as the runtime creates the target before the drafter; the load
+    measured is then what this graph adds next to it. Without that, the first session of a process
+    also pays ONNX Runtime's one-off set-up (kernel registry, thread pool: ~11 MiB), which the
+    runtime pays once, with the target, and the drafter's shared weights would count twice."""
+    values: dict[str, ort.OrtValue] = {}
+    if shared:
+        from edge_spec.bundle import SharedInitializer
+        from edge_spec.runtime.session import shared_initializers
+
+        tensors = [SharedInitializer(**{**t, "shape": tuple(t["shape"])}) for t in shared]
+        values = shared_initializers(Path(root or "."), tensors)
+    first = None
+    if beside is not None:
+        first = Decoder(beside[0], 16, beside[1], threads=1, initializers=values)
+        first.forward([1], 0)
     base = current_rss()
-    dec = Decoder(graph, max_context, head_size, threads=1)
+    dec = Decoder(graph, max_context, head_size, threads=1, initializers=values)
     kv_bytes = 0
     for buf, _ in dec.kv.values():
         buf.fill(0)  # touch the pages so the KV buffers are resident, as in the runtime
@@ -101,14 +127,18 @@ def memory_profile(graph: str, max_context: int, head_size: int, max_k: int = MA
         dec.forward(tokens, 1)
         peak = peak_rss()
         workspace[k] = max(0, peak - before, workspace.get(k - 1, 0))
+    del first  # kept loaded through the measurement, like the runtime's target
     return {"load_bytes": int(max(load, 0)), "workspace_bytes": workspace, "peak_reset": can_reset}
 
 
-def measure_memory(graph: Path, max_context: int, head_size: int,
-                   max_k: int = MAX_WORKSPACE_K) -> dict[str, object]:
+def measure_memory(graph: Path, max_context: int, head_size: int, max_k: int = MAX_WORKSPACE_K,
+                   shared: list[dict[str, Any]] | None = None, root: Path | None = None,
+                   beside: tuple[Path, int] | None = None) -> dict[str, object]:
     """:func:`memory_profile` in a fresh subprocess (the exporting process is full of torch)."""
+    extra = {"shared": shared or [], "root": None if root is None else str(root),
+             "beside": None if beside is None else [str(beside[0]), int(beside[1])]}
     cmd = [sys.executable, "-m", "edge_spec.export.measure", "memory", str(graph), str(max_context), str(head_size),
-           str(max_k)]
+           str(max_k), json.dumps(extra)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -173,7 +203,10 @@ def _main(argv: list[str]) -> int:
             print(json.dumps(sweep(argv[1:], Path(tmp)), indent=1))
         return 0
     if argv[0] == "memory":
-        out = memory_profile(argv[1], int(argv[2]), int(argv[3]), int(argv[4]) if len(argv) > 4 else MAX_WORKSPACE_K)
+        extra = json.loads(argv[5]) if len(argv) > 5 else {}
+        beside = tuple(extra["beside"]) if extra.get("beside") else None
+        out = memory_profile(argv[1], int(argv[2]), int(argv[3]), int(argv[4]) if len(argv) > 4 else MAX_WORKSPACE_K,
+                             shared=extra.get("shared"), root=extra.get("root"), beside=beside)
     elif argv[0] == "verify":
         out = verify_profile(argv[1], int(argv[2]), threads=int(argv[3]) if len(argv) > 3 else 0)
     else:

@@ -86,6 +86,7 @@ class GraphSpec:
     local_layers: tuple[bool, ...] | None = None  # per layer: sliding-window attention
     sliding_window: int = -1  # keys a query sees in a local layer, itself included (HF ``sliding_window``)
     local_rope_theta: float | None = None  # local layers' own rope base (Gemma 3), unscaled; None = the global caches
+    kv_dtype: str = "float32"  # "float16": KV cache in fp16, q/k/v cast to fp16 around GroupQueryAttention
 
 
 def take_rows(w: Weight, idx: np.ndarray) -> Weight:
@@ -308,6 +309,11 @@ def _attention(g: _G, x: str, i: int, L: Layer, spec: GraphSpec, seqlens: str, t
         qkv_in = outs
     local = spec.local_layers is not None and spec.local_layers[i]
     cache = "_local" if local and spec.local_rope_theta is not None else ""
+    half = spec.kv_dtype == "float16"
+    if half:  # GroupQueryAttention's T covers q/k/v, the caches and cos/sin: all fp16, the output cast back
+        qkv_in = [g.node("Cast", [t], f"{p}/{nm}/CastF16", to=10)[0] if t else t
+                  for t, nm in zip(qkv_in, ("q", "k", "v"))]
+        cache += "_f16"
     att = g.node("GroupQueryAttention",
                  [*qkv_in, f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens, total,
                   f"cos_cache{cache}", f"sin_cache{cache}"], f"{p}/GroupQueryAttention", domain="com.microsoft",
@@ -316,6 +322,8 @@ def _attention(g: _G, x: str, i: int, L: Layer, spec: GraphSpec, seqlens: str, t
                  scale=float(1.0 / np.sqrt(spec.head_dim) if spec.attn_scale is None else spec.attn_scale),
                  do_rotary=1, rotary_interleaved=0, local_window_size=_window(spec, i),
                  softcap=float(spec.attn_softcap))[0]
+    if half:
+        att = g.node("Cast", [att], f"{p}/GroupQueryAttention/CastF32", to=1)[0]
     return _linear(g, att, L.o, f"{p}/o_proj", lvl)
 
 
@@ -357,13 +365,15 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
 
     g = _G()
     cos, sin = rope_caches(spec)
-    g.init("cos_cache", cos)
-    g.init("sin_cache", sin)
+    suffix = "_f16" if spec.kv_dtype == "float16" else ""
+    dtype = np.float16 if suffix else np.float32
+    g.init(f"cos_cache{suffix}", cos.astype(dtype))
+    g.init(f"sin_cache{suffix}", sin.astype(dtype))
     if spec.local_rope_theta is not None:  # Gemma 3: local layers rotate with their own base, unscaled
         lcos, lsin = rope_caches(dataclasses.replace(spec, rope_theta=spec.local_rope_theta, rope_factors=None,
                                                      rope_linear=1.0))
-        g.init("cos_cache_local", lcos)
-        g.init("sin_cache_local", lsin)
+        g.init(f"cos_cache_local{suffix}", lcos.astype(dtype))
+        g.init(f"sin_cache_local{suffix}", lsin.astype(dtype))
     one = g.init("one_i64", np.array([1], dtype=np.int64))
     total_sum = g.node("ReduceSum", ["attention_mask", one], "/mask/ReduceSum", keepdims=0)[0]
     seqlens = g.node("Cast", [g.node("Sub", [total_sum, one], "/mask/Sub")[0]], "/mask/Cast", to=6)[0]
@@ -407,6 +417,7 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
     vocab_out = dec.lm_head.n if is_quant(dec.lm_head) or is_split(dec.lm_head) else np.asarray(dec.lm_head).shape[0]
 
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64
+    kv_t = TensorProto.FLOAT16 if spec.kv_dtype == "float16" else f32
     n_layers = len(dec.layers)
     past = ["batch_size", spec.kv_heads, "past_sequence_length", spec.head_dim]
     pres = ["batch_size", spec.kv_heads, "total_sequence_length", spec.head_dim]
@@ -414,8 +425,8 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
               helper.make_tensor_value_info("attention_mask", i64, ["batch_size", "total_sequence_length"])]
     outputs = [helper.make_tensor_value_info("logits", f32, ["batch_size", "sequence_length", int(vocab_out)])]
     for kind in ("key", "value"):
-        inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{kind}", f32, past) for i in range(n_layers)]
-        outputs += [helper.make_tensor_value_info(f"present.{i}.{kind}", f32, pres) for i in range(n_layers)]
+        inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{kind}", kv_t, past) for i in range(n_layers)]
+        outputs += [helper.make_tensor_value_info(f"present.{i}.{kind}", kv_t, pres) for i in range(n_layers)]
     graph = helper.make_graph(g.nodes, "edge_spec_decoder", inputs, outputs, g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
                                                     helper.make_opsetid("com.microsoft", 1)],

@@ -12,6 +12,7 @@ Each build returns a per-tensor report (what was exact) for the manifest and the
 
 from __future__ import annotations
 
+import dataclasses
 import filecmp
 import json
 import os
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from edge_spec.bundle import SharedInitializer
 from edge_spec.errors import ExportError
 from edge_spec.export import arch_graph, gguf_quant, gguf_split
 from edge_spec.export import gguf as gguf_src
@@ -313,7 +315,7 @@ def graph_spec(cfg: dict[str, Any], max_context: int, accuracy_level: int, m: gg
 
 def build(src: Source, out_dir: Path, max_context: int, accuracy_level: int, bits: int | None = 4,
           block_size: int = 32, kept: np.ndarray | None = None, layers: int | None = None,
-          mode: str = "exact") -> Path:
+          mode: str = "exact", kv_dtype: str = "float32") -> Path:
     """Write ``out_dir/model.onnx`` (+ data) for ``src``; fills ``src.report``. ``bits`` applies to distilled
     drafters only (GGUF tensors keep their own); ``mode`` to GGUF files (:class:`Policy`)."""
     if src.kind == "gguf":
@@ -321,7 +323,7 @@ def build(src: Source, out_dir: Path, max_context: int, accuracy_level: int, bit
     else:
         dec, report = distilled_decoder(src, bits, block_size, kept, Policy(mode, accuracy_level))
     src.report = report
-    spec = graph_spec(src.config, max_context, accuracy_level, src.gguf)
+    spec = dataclasses.replace(graph_spec(src.config, max_context, accuracy_level, src.gguf), kv_dtype=kv_dtype)
     return build_decoder(dec, spec, out_dir / "model.onnx")
 
 
@@ -375,3 +377,28 @@ def share_embedding(target_dir: Path, drafter_dir: Path, say: Any) -> dict[str, 
     say(f"[share] the drafter's embedding is the target's ({a.stat().st_size / 1e6:.1f} MB, "
         f"{'stored once (hard link)' if linked else 'copied: no hard links on this file system'})")
     return {"file": EMBED_DATA, "bytes": a.stat().st_size, "hard_link": linked}
+
+
+_ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 7: "int64", 10: "float16"}
+
+
+def shared_initializers(root: Path, roles: tuple[str, str] = ("target", "drafter")) -> list[SharedInitializer]:
+    """The initializers both graphs keep in their (identical, shared) :data:`EMBED_DATA` file at the same offset:
+    the runtime maps them once for both sessions. Empty when the graphs share no embedding."""
+    import onnx
+
+    found: list[dict[tuple, Any]] = []
+    for role in roles:
+        proto = onnx.load(str(root / role / "model.onnx"), load_external_data=False)
+        entries = {}
+        for t in proto.graph.initializer:
+            ext = {e.key: e.value for e in t.external_data}
+            if ext.get("location") == EMBED_DATA and t.data_type in _ONNX_DTYPES:
+                entries[t.name] = (int(ext.get("offset", 0)), int(ext["length"]), _ONNX_DTYPES[t.data_type],
+                                   tuple(int(d) for d in t.dims))
+        found.append(entries)
+    a, b = (root / roles[0] / EMBED_DATA), (root / roles[1] / EMBED_DATA)
+    if not (a.is_file() and b.is_file() and filecmp.cmp(a, b, shallow=False)):
+        return []
+    return [SharedInitializer(name, f"{roles[0]}/{EMBED_DATA}", off, length, dtype, shape)
+            for name, (off, length, dtype, shape) in sorted(found[0].items()) if found[1].get(name) == found[0][name]]

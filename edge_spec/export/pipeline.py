@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -28,9 +28,11 @@ from edge_spec.bundle import (
     Manifest,
     ModelSpec,
     Quantization,
+    SharedInitializer,
     SourceModel,
     TokenizerSpec,
     VocabTrim,
+    kv_bytes_per_token,
     write_manifest,
 )
 from edge_spec.errors import EdgeSpecError, ExportError
@@ -94,6 +96,7 @@ class ExportOptions:
     measure_memory: bool = True
     lm_head: str | None = None  # HF builder path: "int8" or "fp32" keeps the LM head above the body precision
     gguf_mode: str = "exact"  # exact | split | fast | compact: how GGUF tensors are encoded (own_build.Policy)
+    kv_dtype: str = "float32"  # KV cache of graphs edge-spec builds: float32 or float16 (half the KV bytes)
 
 
 Progress = Callable[[str], None]
@@ -290,11 +293,16 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint, 
     for f in ("genai_config.json",) + TOKENIZER_FILES:  # the drafter dir holds only its graph (+ id map)
         (tmp / "drafter" / f).unlink(missing_ok=True)
     shared = own_build.share_embedding(tmp / "target", tmp / "drafter", say)
+    # mapped once and given to both sessions by the runtime; measured the same way
+    shared_inits = own_build.shared_initializers(tmp) if shared else []
 
     specs = {}
     for role, ckpt, q in (("target", t_ckpt, opts.target_quant), ("drafter", d_ckpt, opts.drafter_quant)):
-        with _timed(say, "measure", f"{role} load and workspace memory"):
-            specs[role] = _model_spec(tmp, role, ckpt, q, opts, max_ctx, int(t_cfg["vocab_size"]))
+        with _timed(say, "measure", f"{role} load and workspace memory"
+                    + (" (next to the loaded target, as the runtime loads it)" if role == "drafter" else "")):
+            beside = (tmp / "target" / "model.onnx", _head_size(t_cfg)) if role == "drafter" else None
+            specs[role] = _model_spec(tmp, role, ckpt, q, opts, max_ctx, int(t_cfg["vocab_size"]),
+                                      shared=shared_inits, beside=beside)
     with _timed(say, "measure", "target batch invariance (k-token passes vs 1-token steps, bit for bit)"):
         rows = invariance.batch_invariant_rows(tmp / specs["target"].graph, specs["target"])
         specs["target"] = replace(specs["target"], batch_invariant_rows=rows)
@@ -310,6 +318,7 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint, 
                "calibration_prompts": len(prompts) if trim else 0,
                "trim_share": opts.trim_share if opts.trim_vocab == "auto" else None,
                **({"shared_embedding": shared} if shared else {})},
+        shared_initializers=tuple(shared_inits),
     )
     write_manifest(tmp, manifest)
     return manifest
@@ -326,7 +335,7 @@ def _build_role(tmp: Path, role: str, ckpt: Source, q: Quant, opts: ExportOption
         what = "its own quantization" if ckpt.kind == "gguf" else f"{q.precision} layers + the target's embedding"
         with _timed(say, "build", f"{role} {ckpt.architecture} ({ckpt.kind}) -> {what}, accuracy_level {level}"):
             graph = own_build.build(ckpt, tmp / role, max_ctx, level, bits, opts.block_size, kept=kept,
-                                    mode=opts.gguf_mode)
+                                    mode=opts.gguf_mode, kv_dtype=opts.kv_dtype)
         inexact = [e for e in ckpt.report if not e["exact"]]
         for e in inexact:
             say(f"[exact] {role} {e['name']}: {e['gguf_type']} -> {e['onnx_op']} {e['bits']}-bit block "
@@ -334,6 +343,9 @@ def _build_role(tmp: Path, role: str, ckpt: Source, q: Quant, opts: ExportOption
         say(f"[exact] {role}: {len(ckpt.report) - len(inexact)}/{len(ckpt.report)} weight tensors carried over "
             "exactly")
         return graph
+    if opts.kv_dtype != "float32":
+        raise ExportError(f"--kv-dtype fp16 applies to graphs edge-spec builds (GGUF files, distilled drafters), not "
+                          f"to the ORT GenAI builder's graph of '{ckpt.name}'; convert it to GGUF or drop --kv-dtype.")
     lv = f", accuracy_level {q.accuracy_level}" if q.accuracy_level is not None else ""
     with _timed(say, "build", f"{role} {ckpt.architecture} -> {q.precision}{lv}"):
         bopts = build.BuildOptions(q.precision, q.accuracy_level, opts.block_size, opts.execution_provider,
@@ -419,33 +431,38 @@ def _effective_tokenizer(tok, path: Path):
 
 
 def _model_spec(root: Path, role: str, ckpt: build.Checkpoint, q: Quant, opts: ExportOptions, max_ctx: int,
-                full_vocab: int) -> ModelSpec:
+                full_vocab: int, shared: list[SharedInitializer] | None = None,
+                beside: tuple[Path, int] | None = None) -> ModelSpec:
     import onnx
 
     cfg = ckpt.config
     graph = root / role / "model.onnx"
     proto = onnx.load(str(graph), load_external_data=False)
     past = next(i for i in proto.graph.input if i.name.startswith("past_key_values."))
-    io_dtype = "float16" if past.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 else "float32"
     logits = next(o for o in proto.graph.output if o.name == "logits")
+    io_dtype = "float16" if logits.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 else "float32"
+    kv_dtype = "float16" if past.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 else "float32"
+    kv_field = None if kv_dtype == io_dtype else kv_dtype  # absent when equal: older readers see the same manifest
     vocab = logits.type.tensor_type.shape.dim[-1].dim_value or int(cfg["vocab_size"])
     layers, kv_heads, head = int(cfg["num_hidden_layers"]), int(cfg.get("num_key_value_heads")
                                                                  or cfg["num_attention_heads"]), _head_size(cfg)
     data = [p for p in sorted((root / role).iterdir()) if p.name.endswith(".data")]
     if opts.measure_memory:
-        mem = measure.measure_memory(graph, max_ctx, head)
+        mem = measure.measure_memory(graph, max_ctx, head, shared=[asdict(t) for t in shared or []], root=root,
+                                     beside=beside)
     else:
         mem = {"load_bytes": 0, "workspace_bytes": {1: 0}}
     quant = Quantization(precision=q.precision,
                          block_size=opts.block_size if q.precision in ("int4", "int8") else None,
-                         accuracy_level=q.accuracy_level, io_dtype=io_dtype)
+                         accuracy_level=q.accuracy_level, io_dtype=io_dtype, kv_dtype=kv_field)
     tensors: list[dict[str, Any]] = []
     if isinstance(ckpt, own_build.Source):
         tensors = ckpt.report
         if ckpt.kind == "gguf":  # the file's own precision, not the --quant option
             prec, block = own_build.precision_of(tensors)
             level = q.accuracy_level if q.accuracy_level is not None else DEFAULT_ACCURACY[role]
-            quant = Quantization(precision=prec, block_size=block, accuracy_level=level, io_dtype=io_dtype)
+            quant = Quantization(precision=prec, block_size=block, accuracy_level=level, io_dtype=io_dtype,
+                                 kv_dtype=kv_field)
     genai = root / role / "genai_config.json"
     return ModelSpec(
         graph=f"{role}/model.onnx", data_files=tuple(f"{role}/{p.name}" for p in data),
@@ -454,7 +471,7 @@ def _model_spec(root: Path, role: str, ckpt: build.Checkpoint, q: Quant, opts: E
         hidden_size=int(cfg["hidden_size"]), vocab_size=int(vocab), full_vocab_size=int(full_vocab),
         max_context=max_ctx, weight_bytes=sum(p.stat().st_size for p in [graph, *data]),
         load_bytes=int(mem["load_bytes"]),
-        kv_bytes_per_token=2 * layers * kv_heads * head * (2 if io_dtype == "float16" else 4),
+        kv_bytes_per_token=kv_bytes_per_token(layers, kv_heads, head, kv_dtype),
         workspace_bytes=dict(mem["workspace_bytes"]),
         input_names={"input_ids": "input_ids", "attention_mask": "attention_mask",
                      "past_key": "past_key_values.%d.key", "past_value": "past_key_values.%d.value"},

@@ -32,6 +32,7 @@ PREFILL_CHUNK = 16  # tokens per prefill pass; the export measures workspace for
 AR_CHUNKS = (16, 8, 4, 2)  # plain AR under a tight budget: smaller prefill passes, smaller buffers
 MAX_DRAFT = 8  # default bound on gamma: int4 verify cost grows with k (GUIDE §3)
 MIN_CONTEXT = 128  # a plan with fewer usable positions is not worth running
+CONTEXT_STEP = 128  # a request-sized context is rounded up to this many positions
 SLACK_BYTES = 6 * MiB
 MODES = ("speculative", "lookup", "ar")
 
@@ -61,6 +62,17 @@ def parse_budget(value: str | int | float | None) -> int | None:
     if size <= 0:
         raise EdgeSpecError(f"memory_budget={value!r} must be positive; write it like '600MB'.")
     return int(size)
+
+
+def request_context(prompt_tokens: int, max_new_tokens: int) -> int:
+    """KV positions one request needs: prompt + max_new_tokens, rounded up to a multiple of :data:`CONTEXT_STEP`.
+
+    The last sampled token is never fed back, and rejected drafts are clipped to the room left
+    (speculative.decode), so prompt + max_new_tokens positions always suffice."""
+    if prompt_tokens < 0 or max_new_tokens < 1:
+        raise EdgeSpecError(f"max_new_tokens={max_new_tokens} must be a positive integer.")
+    need = prompt_tokens + max_new_tokens
+    return max(MIN_CONTEXT, -(-need // CONTEXT_STEP) * CONTEXT_STEP)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import warnings
@@ -17,17 +18,18 @@ from edge_spec.bundle import ChatFormat, Manifest, read_manifest
 from edge_spec.demo import resolve_bundle
 from edge_spec.errors import BundleError, EdgeSpecError
 from edge_spec.runtime import chat as chat_mod
-from edge_spec.runtime.budget import Plan, parse_budget, plan_memory
+from edge_spec.runtime.budget import Plan, parse_budget, plan_memory, request_context
 from edge_spec.runtime.config import GenerationConfig, LoadConfig, Result, Stats, StreamEvent, is_whole
 from edge_spec.runtime.detok import StreamDetokenizer, byte_table
 from edge_spec.runtime.drafting import DraftPolicy
 from edge_spec.runtime.memory import current_rss
 from edge_spec.runtime.providers import resolve_device
 from edge_spec.runtime.sampling import Noise, Rejection
-from edge_spec.runtime.session import ModelSession
+from edge_spec.runtime.session import ModelSession, shared_initializers
 from edge_spec.runtime.speculative import Decoder, decode
 
 BASELINE_ROUNDING = 4 << 20
+Prompt = str | Sequence[int] | Sequence[dict[str, str]]  # text, token ids, or chat messages
 
 __all__ = ["Engine", "GenerationConfig", "Result", "StreamEvent", "Stats", "Plan"]
 
@@ -51,29 +53,38 @@ class Engine:
     @classmethod
     def load(cls, bundle: str | os.PathLike[str], memory_budget: str | int | None = None, device: str = "cpu",
              drafter_device: str | None = None, strict: bool = False, *, max_context: int | None = None,
-             draft_length: int | None = None, drafting: str = "auto", threads: int = 0) -> Engine:
+             draft_length: int | None = None, drafting: str = "auto", threads: int = 0,
+             prompt: Prompt | None = None, max_new_tokens: int | None = None) -> Engine:
         """Read the bundle, plan memory for ``memory_budget`` and create the sessions the plan asks for.
 
         ``bundle`` is a bundle directory, or ``"demo"`` for the demo pair (exported into the user
-        cache on first use, which needs the export extras)."""
+        cache on first use, which needs the export extras).
+
+        Context: ``max_context`` when given; else, with ``max_new_tokens``, what that request needs
+        (the tokens of ``prompt`` — text, token ids or chat messages — plus ``max_new_tokens``, rounded
+        up to :data:`CONTEXT_STEP`), so a short request does not preallocate KV for the bundle's whole
+        context; else the bundle's context (what fits the budget)."""
         config = LoadConfig(parse_budget(memory_budget), device, drafter_device, strict, max_context,
                             draft_length, drafting, threads)
         root = resolve_bundle(bundle)  # "demo": the demo bundle, exported on first use
         t_dev, t_providers = resolve_device(device, strict, "target")
         d_dev, d_providers = resolve_device(drafter_device or device, strict, "drafter")
-        manifest, tokenizer, plan = _prepare(root, config)
+        manifest, tokenizer, plan = _prepare(root, config, prompt, max_new_tokens)
         # Speculating: pad 1-token target passes to the graph's batch-invariant size, so a verify
         # pass computes each row exactly as a plain step does (greedy SD == greedy AR, bit for bit).
         min_rows = (manifest.target.batch_invariant_rows or 1) if plan.mode != "ar" else 1
+        # One mapping of the weights both graphs read (the embedding), given to both sessions. Always, as at
+        # export, where the target's load_bytes are measured with it and the drafter's beside the target.
+        shared = shared_initializers(root, manifest) if t_dev == "cpu" and d_dev == "cpu" else {}
         target = ModelSession(root / manifest.target.graph, manifest.target, providers=t_providers, device=t_dev,
                               capacity=plan.max_context, max_rows=plan.target_rows, threads=threads,
-                              min_rows=min_rows)
+                              min_rows=min_rows, initializers=shared)
         drafter = id_map = None
         if plan.mode == "speculative":
             assert manifest.drafter is not None
             drafter = ModelSession(root / manifest.drafter.graph, manifest.drafter, providers=d_providers,
                                    device=d_dev, capacity=plan.max_context, max_rows=plan.drafter_rows,
-                                   threads=threads)
+                                   threads=threads, initializers=shared)
             if manifest.vocab_trim is not None:
                 id_map = _load_id_map(root, manifest)
             elif manifest.drafter.vocab_size != manifest.target.vocab_size:
@@ -84,7 +95,8 @@ class Engine:
 
     @staticmethod
     def plan(bundle: str | os.PathLike[str], memory_budget: str | int | None = None, *,
-             max_context: int | None = None, draft_length: int | None = None, drafting: str = "auto") -> Plan:
+             max_context: int | None = None, draft_length: int | None = None, drafting: str = "auto",
+             prompt: Prompt | None = None, max_new_tokens: int | None = None) -> Plan:
         """The memory plan :meth:`load` would make for these arguments, without creating any session.
 
         Same steps as ``load`` up to planning (manifest, tokenizer and its warm-up, the process
@@ -92,7 +104,7 @@ class Engine:
         load agree."""
         config = LoadConfig(parse_budget(memory_budget), max_context=max_context, draft_length=draft_length,
                             drafting=drafting)
-        return _prepare(resolve_bundle(bundle), config)[2]
+        return _prepare(resolve_bundle(bundle), config, prompt, max_new_tokens)[2]
 
     # ------------------------------------------------------------------ public calls
     def generate(self, prompt: str | Sequence[int], config: GenerationConfig | dict[str, Any] | None = None, *,
@@ -262,7 +274,8 @@ class Engine:
         return self.plan.describe() + f"\n  devices: target={self.devices['target']}, drafter={self.devices['drafter']}"
 
 
-def _prepare(root: Path, config: LoadConfig) -> tuple[Manifest, Tokenizer, Plan]:
+def _prepare(root: Path, config: LoadConfig, prompt: Prompt | None = None,
+             max_new_tokens: int | None = None) -> tuple[Manifest, Tokenizer, Plan]:
     """Manifest, tokenizer and memory plan: everything ``load`` does before creating sessions."""
     manifest = read_manifest(root)
     try:
@@ -270,13 +283,35 @@ def _prepare(root: Path, config: LoadConfig) -> tuple[Manifest, Tokenizer, Plan]
     except Exception as exc:
         raise BundleError(f"The tokenizer in '{root}' cannot be read ({exc}); re-export the bundle.") from None
     tokenizer.encode("warm up")  # the tokenizer's first call allocates; count it in the baseline
+    max_context, sized = config.max_context, None
+    if max_context is None and max_new_tokens is not None:  # size the KV for this request, not the bundle
+        n_prompt = _prompt_tokens(manifest, tokenizer, prompt)
+        max_context = request_context(n_prompt, max_new_tokens)
+        sized = f"context sized for the request ({n_prompt} prompt + {max_new_tokens} new tokens)"
     np.random.default_rng(0)
     # Rounded up to whole 4 MiB: two processes that loaded the same modules (inspect, generate, an
     # app) differ by a few hundred KiB of heap, and must still make the same plan for one budget.
     baseline = -(-current_rss() // BASELINE_ROUNDING) * BASELINE_ROUNDING
-    plan = plan_memory(manifest, config.memory_budget, baseline, max_context=config.max_context,
+    plan = plan_memory(manifest, config.memory_budget, baseline, max_context=max_context,
                        draft_length=config.draft_length, drafting=config.drafting)
+    if sized is not None:
+        plan = dataclasses.replace(plan, notes=(sized, *plan.notes))
     return manifest, tokenizer, plan
+
+
+def _prompt_tokens(manifest: Manifest, tokenizer: Tokenizer, prompt: Prompt | None) -> int:
+    """Tokens ``prompt`` takes: text is encoded, token ids counted, chat messages rendered with the bundle's format."""
+    if prompt is None:
+        return 0
+    if isinstance(prompt, str):
+        return len(tokenizer.encode(prompt).ids)
+    items = list(prompt)
+    if items and all(isinstance(m, dict) for m in items):
+        if manifest.tokenizer.chat is None:
+            raise EdgeSpecError("This bundle has no chat format, so chat messages cannot size the context; pass "
+                                "the prompt as text or token ids.")
+        return len(chat_mod.encode_chat(tokenizer, manifest.tokenizer.chat, items, True))
+    return len(items)
 
 
 def _preview(x: object) -> str:

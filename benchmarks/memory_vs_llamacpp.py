@@ -1,0 +1,150 @@
+"""Peak RSS of edge-spec (AR and speculative, drafter loaded) against llama.cpp AR, same GGUF, same context.
+
+    python benchmarks/memory_vs_llamacpp.py --gguf /work/smollm2.gguf --bundle B1 [--bundle B2 ...] \
+        [--context 4096] [--tokens 128] [--threads 2] [--out results.json]
+
+Each row runs once in its own fresh process; its peak RSS is the kernel's ``ru_maxrss`` of that one
+child (``os.wait4``), so every number is the whole process: interpreter, runtime, weights, KV and
+buffers. Rows:
+
+* llama.cpp AR: ``llama-completion -c CONTEXT`` and ``-c REQUEST`` (the context edge-spec plans for
+  the request), ``--ignore-eos`` so all ``--tokens`` are generated;
+* per bundle: edge-spec AR (``--no-speculation``) and speculative (drafter loaded), at
+  ``--max-context CONTEXT`` and at the request-sized default (prompt + tokens, rounded up to 128);
+* the process baseline (python + onnxruntime + numpy + tokenizer, no session), to split edge-spec's
+  peak into baseline, session loads (weights) and generation memory (KV, buffers, workspace).
+
+Ratios are against llama.cpp AR at the same context, measured in this same run. A benchmark, not
+a test: needs the real GGUF and a llama.cpp build (benchmarks/build_llamacpp.sh, or ``$LLAMA_CPP_BIN``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+from chat_prompts import CHAT_PROMPTS  # noqa: E402
+from llamacpp import bin_dir  # noqa: E402
+
+MiB = 1 << 20
+PROMPT = CHAT_PROMPTS[1]
+CHATML = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"  # SmolLM2's template (system block aside)
+BASELINE = ("import sys, numpy, numpy.random, onnxruntime; from tokenizers import Tokenizer; "
+            "t = Tokenizer.from_file(sys.argv[1]); t.encode('warm up'); numpy.random.default_rng(0)")
+
+
+def run_child(cmd: list[str], env: dict[str, str] | None = None) -> tuple[int, str, int]:
+    """Run ``cmd`` to the end; (exit code, stdout, peak RSS bytes of that child, from ``os.wait4``)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)  # reaps it and reads that one child's rusage
+        code = proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if code != 0:
+            print(f"{' '.join(cmd[:4])} ... exited {code}: {err.read().decode(errors='replace')[-600:]}",
+                  file=sys.stderr)
+        return code, out.read().decode(errors="replace"), int(usage.ru_maxrss) * 1024
+
+
+def llamacpp_row(gguf: Path, context: int, tokens: int, threads: int) -> dict[str, Any]:
+    root = bin_dir()
+    if root is None:
+        raise SystemExit("llama.cpp is not built; run benchmarks/build_llamacpp.sh or set LLAMA_CPP_BIN.")
+    env = {**os.environ, "LD_LIBRARY_PATH": str(root)}
+    cmd = [str(root / "llama-completion"), "-m", str(gguf), "-p", CHATML.format(PROMPT), "-n", str(tokens),
+           "-c", str(context), "-t", str(threads), "-tb", str(threads), "-no-cnv", "--temp", "0", "--ignore-eos",
+           "--no-warmup"]
+    code, _, rss = run_child(cmd, env)
+    return {"system": "llama.cpp AR", "context": context, "ok": code == 0, "peak_rss": rss}
+
+
+def edge_row(bundle: Path, context: int | None, tokens: int, speculative: bool) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "edge_spec", "generate", str(bundle), "--prompt", PROMPT, "--chat",
+           "--max-new-tokens", str(tokens), "--json"]
+    cmd += [] if context is None else ["--max-context", str(context)]
+    cmd += [] if speculative else ["--no-speculation"]
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    code, out, rss = run_child(cmd, env)
+    row: dict[str, Any] = {"system": f"edge-spec {'speculative' if speculative else 'AR'}", "bundle": bundle.name,
+                           "ok": code == 0, "peak_rss": rss}
+    if code == 0:
+        data = json.loads(out)
+        plan = data["plan"]
+        row.update(context=plan["max_context"], mode=plan["mode"], planned=plan["planned_bytes"],
+                   tokens=data["stats"].get("tokens"), self_peak=data["peak_rss_bytes"])
+    return row
+
+
+def baseline(bundle: Path) -> int:
+    from edge_spec.bundle import read_manifest
+
+    tok = bundle / read_manifest(bundle).tokenizer.files[0]
+    return run_child([sys.executable, "-c", BASELINE, str(tok)])[2]
+
+
+def loads(bundle: Path) -> tuple[int, int, float]:
+    """(target load_bytes, drafter load_bytes, target KV bytes per token) from the manifest."""
+    from edge_spec.bundle import read_manifest
+
+    m = read_manifest(bundle)
+    kv = m.target.kv_bytes_per_token + (m.drafter.kv_bytes_per_token if m.drafter else 0)
+    return m.target.load_bytes, m.drafter.load_bytes if m.drafter else 0, kv
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gguf", type=Path, required=True)
+    ap.add_argument("--bundle", type=Path, action="append", required=True)
+    ap.add_argument("--context", type=int, default=4096)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+
+    rows: list[dict[str, Any]] = []
+    base = baseline(args.bundle[0])
+    for bundle in args.bundle:
+        for speculative in (False, True):
+            for ctx in (args.context, None):
+                rows.append(edge_row(bundle, ctx, args.tokens, speculative))
+                print(json.dumps(rows[-1]), file=sys.stderr)
+    request = sorted({r["context"] for r in rows if r.get("ok") and r["context"] != args.context})
+    llama = {}
+    for ctx in [args.context, *request]:
+        llama[ctx] = llamacpp_row(args.gguf, ctx, args.tokens, args.threads)
+        rows.append(llama[ctx])
+        print(json.dumps(rows[-1]), file=sys.stderr)
+
+    print(f"process baseline (python + onnxruntime + numpy + tokenizer): {base / MiB:.1f} MiB")
+    print(f"{'system':<22} {'bundle':<16} {'context':>7} {'mode':<12} {'peak RSS':>10} {'vs llama.cpp':>12} "
+          f"{'generation memory':>18}")
+    for r in rows:
+        ref = llama.get(r.get("context"))
+        ratio = f"{r['peak_rss'] / ref['peak_rss']:.2f}x" if ref and ref["ok"] and r["ok"] else "-"
+        gen = "-"
+        if r["system"].startswith("edge-spec") and r["ok"]:
+            t_load, d_load, _ = loads(args.bundle[[b.name for b in args.bundle].index(r["bundle"])])
+            weights = t_load + (d_load if r["mode"] == "speculative" else 0)
+            gen_bytes = r["peak_rss"] - base - weights
+            r["generation_bytes"] = gen_bytes
+            gen = f"{gen_bytes / MiB:.1f} MiB"
+        print(f"{r['system']:<22} {r.get('bundle', '-'):<16} {r.get('context', '-')!s:>7} {r.get('mode', '-'):<12} "
+              f"{r['peak_rss'] / MiB:>6.1f} MiB {ratio:>12} {gen:>18}")
+    if args.out:
+        args.out.write_text(json.dumps({"baseline": base, "rows": rows, "prompt": PROMPT, "tokens": args.tokens,
+                                        "threads": args.threads}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
