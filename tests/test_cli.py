@@ -157,7 +157,7 @@ def test_generate_json(capsys, demo_bundle: Path) -> None:
 def test_generate_chat_prompt_from_stdin_no_speculation(capsys, monkeypatch, demo_bundle: Path) -> None:
     monkeypatch.setattr(sys, "stdin", io.StringIO("Write a function.\n"))
     rc = main(["generate", str(demo_bundle), "--chat", "--max-new-tokens", "6", "--no-speculation", "--json",
-               "--stop", "\\n\\n"])
+               "--stop", "\\n\\n", "--threads", "1", "--spin"])
     out, err = capsys.readouterr()
     assert rc == 0, err
     data = json.loads(out)

@@ -188,6 +188,20 @@ def test_device_fallback_and_strict(bundle):
     assert e2.generate("Hi", max_new_tokens=3).token_ids
 
 
+def test_threads_and_spin_reach_both_sessions(bundle):
+    """Engine.load(threads=, spin=) sets ONNX Runtime's pool size and spinning on target and drafter alike."""
+    key = "session.intra_op.allow_spinning"
+    default = Engine.load(bundle, max_context=256, drafting="model")
+    fast = Engine.load(bundle, max_context=256, drafting="model", threads=1, spin=True)
+    for e, spin, threads in ((default, "0", 0), (fast, "1", 1)):
+        for s in (e.target.session, e.drafter.session):
+            opts = s.get_session_options()
+            assert opts.get_session_config_entry(key) == spin
+            assert opts.intra_op_num_threads == threads
+    assert fast.generate("def add(a, b):", max_new_tokens=8).token_ids == \
+        default.generate("def add(a, b):", max_new_tokens=8).token_ids
+
+
 def test_interrupted_stream_then_next_call_is_consistent(engine):
     engine.reset()
     stream = engine.stream("Dear friend,", max_new_tokens=50, draft_length=4, config={"stop_token_ids": ()})

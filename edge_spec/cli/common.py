@@ -104,6 +104,11 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
                         "to cpu with a warning)")
     g.add_argument("--drafter-device", choices=DEVICES, metavar="DEVICE", help="device of the drafter (default: "
                    "--device)")
+    g.add_argument("--threads", type=nonneg_int, default=0, metavar="N",
+                   help="CPU threads per ONNX Runtime session (default 0 = all physical cores)")
+    g.add_argument("--spin", action="store_true",
+                   help="let ONNX Runtime's threads busy-wait between kernels: faster on an idle machine, slower "
+                        "when other work shares the cores (default off)")
 
 
 def add_sampling_options(p: argparse.ArgumentParser, max_new_tokens: int = 256) -> None:
@@ -140,6 +145,7 @@ def load_engine(args: argparse.Namespace, bundle: Any, prompt: Any = None, max_n
         engine = Engine.load(bundle, memory_budget=args.memory_budget, device=args.device,
                              drafter_device=args.drafter_device, max_context=getattr(args, "max_context", None),
                              drafting="none" if getattr(args, "no_speculation", False) else "auto",
+                             threads=getattr(args, "threads", 0), spin=getattr(args, "spin", False),
                              prompt=prompt, max_new_tokens=max_new_tokens)
     for w in caught:
         print(f"edge-spec: warning: {w.message}", file=sys.stderr)

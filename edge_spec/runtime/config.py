@@ -86,6 +86,7 @@ class LoadConfig:
     draft_length: int | None = None  # upper bound on gamma for the plan
     drafting: str = "auto"  # "auto" | "model" | "lookup" | "none"
     threads: int = 0
+    spin: bool = False  # ORT pool threads busy-wait between kernels (see runtime/options.py)
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ class Engine:
     @classmethod
     def load(cls, bundle: str | os.PathLike[str], memory_budget: str | int | None = None, device: str = "cpu",
              drafter_device: str | None = None, strict: bool = False, *, max_context: int | None = None,
-             draft_length: int | None = None, drafting: str = "auto", threads: int = 0,
+             draft_length: int | None = None, drafting: str = "auto", threads: int = 0, spin: bool = False,
              prompt: Prompt | None = None, max_new_tokens: int | None = None) -> Engine:
         """Read the bundle, plan memory for ``memory_budget`` and create the sessions the plan asks for.
 
@@ -65,7 +65,7 @@ class Engine:
         up to :data:`CONTEXT_STEP`), so a short request does not preallocate KV for the bundle's whole
         context; else the bundle's context (what fits the budget)."""
         config = LoadConfig(parse_budget(memory_budget), device, drafter_device, strict, max_context,
-                            draft_length, drafting, threads)
+                            draft_length, drafting, threads, spin)
         root = resolve_bundle(bundle)  # "demo": the demo bundle, exported on first use
         t_dev, t_providers = resolve_device(device, strict, "target")
         d_dev, d_providers = resolve_device(drafter_device or device, strict, "drafter")
@@ -78,13 +78,13 @@ class Engine:
         shared = shared_initializers(root, manifest) if t_dev == "cpu" and d_dev == "cpu" else {}
         target = ModelSession(root / manifest.target.graph, manifest.target, providers=t_providers, device=t_dev,
                               capacity=plan.max_context, max_rows=plan.target_rows, threads=threads,
-                              min_rows=min_rows, initializers=shared)
+                              min_rows=min_rows, initializers=shared, spin=spin)
         drafter = id_map = None
         if plan.mode == "speculative":
             assert manifest.drafter is not None
             drafter = ModelSession(root / manifest.drafter.graph, manifest.drafter, providers=d_providers,
                                    device=d_dev, capacity=plan.max_context, max_rows=plan.drafter_rows,
-                                   threads=threads, initializers=shared)
+                                   threads=threads, initializers=shared, spin=spin)
             if manifest.vocab_trim is not None:
                 id_map = _load_id_map(root, manifest)
             elif manifest.drafter.vocab_size != manifest.target.vocab_size:

@@ -14,7 +14,10 @@ Why these settings:
   competing with the Python thread that samples and drafts between runs. On the project's busy
   2-core machine turning spinning off made the demo target's decode 1.8-2.5x faster and halved
   the loop's overhead share (benchmarks/bench_runtime.py); on a phone it also saves power.
-  Memory is unaffected, so export-time measurements stay valid.
+  Memory is unaffected, so export-time measurements stay valid. On an *idle* machine the opposite
+  holds (spinning saves each kernel's thread wake-up: +5-7 % on the SmolLM2 split:4 target here,
+  ~700 kernels per step), so ``spin=True`` (``Engine.load(spin=True)``, CLI ``--spin``) turns it on,
+  as llama.cpp does by default; the price is busy-waiting cores between steps.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from __future__ import annotations
 import onnxruntime as ort
 
 
-def session_options(threads: int = 0) -> ort.SessionOptions:
-    """Options for one decoder session; ``threads=0`` lets ORT use all physical cores."""
+def session_options(threads: int = 0, spin: bool = False) -> ort.SessionOptions:
+    """Options for one decoder session; ``threads=0`` lets ORT use all physical cores; ``spin`` lets idle pool
+    threads busy-wait between kernels (faster on an idle machine, slower on a busy one)."""
     so = ort.SessionOptions()
     so.enable_cpu_mem_arena = False
     so.enable_mem_pattern = False
@@ -32,5 +36,5 @@ def session_options(threads: int = 0) -> ort.SessionOptions:
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.log_severity_level = 3
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     return so

@@ -40,7 +40,7 @@ class ModelSession:
     """
 
     def __init__(self, graph: str | Path, spec: ModelSpec, *, providers: Sequence[str], device: str,
-                 capacity: int, max_rows: int, threads: int = 0, min_rows: int = 1,
+                 capacity: int, max_rows: int, threads: int = 0, min_rows: int = 1, spin: bool = False,
                  initializers: Mapping[str, ort.OrtValue] | None = None) -> None:
         self.spec = spec
         self.device = device
@@ -53,7 +53,7 @@ class ModelSession:
             raise BundleError(f"Unsupported io_dtype '{spec.quantization.io_dtype}' / kv_dtype "
                               f"'{spec.quantization.kv_cache_dtype}' in the manifest; re-export with float32 or "
                               "float16.")
-        options = session_options(threads)
+        options = session_options(threads, spin)
         self._initializers = dict(initializers or {})  # ORT keeps raw pointers: the values must outlive the session
         for name, value in self._initializers.items():
             options.add_initializer(name, value)
