@@ -33,8 +33,6 @@ if str(ROOT) not in sys.path:  # benchmarks/ is not a package; its prompt list i
 from benchmarks.chat_prompts import CHAT_PROMPTS  # noqa: E402
 from edge_spec.distill.prompts import builtin_prompts  # noqa: E402
 
-pytestmark = pytest.mark.slow
-
 NEW_TOKENS = 20  # enough for drafts to be both accepted and rejected on every prompt kind (~8 min budget)
 GAMMA = 4  # fixed draft length: verify passes of 5 rows (6 after an all-accepted step)
 N_BUILTIN = 156  # spread over the built-in distillation set (topics x tasks, code, how-tos, math)
@@ -95,6 +93,7 @@ def test_prompt_set_is_200_distinct() -> None:
     assert {k for k, _ in PROMPTS} == {"chat", "raw"}
 
 
+@pytest.mark.slow
 def test_greedy_speculative_equals_greedy_ar_on_200_prompts(engine: tuple[str, Engine], record_property) -> None:
     name, engine = engine
     spec = engine.manifest.target
