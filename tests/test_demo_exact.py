@@ -11,10 +11,11 @@ many drafts are accepted, and the test checks that some are accepted and some re
 loop that skipped verification (or never drafted) would fail it (a verify that accepts every draft
 makes 6/6 prompts differ).
 
-Cost, measured on the project's 2-core machine while it ran other jobs (load 4-8): with every
-prompt on both configurations, exports 141 s + 122 s, split-int4:4 751 s, exact 1080 s (21 CPU-min
-in all); hence the exact configuration runs every other prompt (STRIDE). Tune NEW_TOKENS / STRIDE,
-not the assertions, if the suite needs to be faster.
+Cost, measured on the project's 2-core machine while it ran other jobs (load 2-8): with every prompt
+on both configurations, exports 141 s + 122 s, split-int4:4 751 s, exact 1080 s (35 min wall, all 0
+differences); as committed (exact on every other prompt, STRIDE), exports 78 s + 63 s, split-int4:4
+419 s, exact 349 s: 15 min wall at load ~3, 934 CPU-s. Tune NEW_TOKENS / STRIDE, not the assertions,
+if the suite needs to be faster.
 """
 
 from __future__ import annotations
