@@ -1,0 +1,138 @@
+"""Greedy speculative output == greedy autoregressive output of the same Engine, on the real demo pair.
+
+SmolLM2-135M-Instruct (its GGUF, fetched through edge_spec.fetch) with the committed drafter
+models/smollm2-drafter, exported once per session in the demo default (``--gguf-mode exact``) and
+in the benchmarked fast configuration (``--gguf-mode split --target-quant int4:4``, int8
+activations). For 200+ distinct prompts (chat prompts rendered with the bundle's chat template,
+and raw text), both adaptive drafting and a fixed draft length of 4 (5- and 6-row verify passes)
+must reproduce greedy AR token for token. Exactness rests on the target computing each row of a
+k-token pass bit for bit as a (padded) 1-token step does; the drafter's quality only decides how
+many drafts are accepted, and the test checks that some are accepted and some rejected, so a
+loop that skipped verification (or never drafted) would fail it (a verify that accepts every draft
+makes 6/6 prompts differ).
+
+Cost, measured on the project's 2-core machine while it ran other jobs (load 2-8): with every prompt
+on both configurations, exports 141 s + 122 s, split-int4:4 751 s, exact 1080 s (35 min wall, all 0
+differences); as committed (exact on every other prompt, STRIDE), exports 78 s + 63 s, split-int4:4
+419 s, exact 349 s: 15 min wall at load ~3, 934 CPU-s. Tune NEW_TOKENS / STRIDE, not the assertions,
+if the suite needs to be faster.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from edge_spec import Engine
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # benchmarks/ is not a package; its prompt list is plain data
+    sys.path.insert(0, str(ROOT))
+from benchmarks.chat_prompts import CHAT_PROMPTS  # noqa: E402
+from edge_spec.distill.prompts import builtin_prompts  # noqa: E402
+
+NEW_TOKENS = 20  # enough for drafts to be both accepted and rejected on every prompt kind (~8 min budget)
+GAMMA = 4  # fixed draft length: verify passes of 5 rows (6 after an all-accepted step)
+N_BUILTIN = 156  # spread over the built-in distillation set (topics x tasks, code, how-tos, math)
+RAW = (  # non-chat text: the plain tokenizer encoding, no template
+    "Once upon a time, in a small village by the sea,",
+    "The capital of France is",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "import os\nimport sys\n\n\ndef walk_files(root, suffix):\n",
+    "class LRUCache:\n    def __init__(self, capacity):\n",
+    "1, 2, 3, 5, 8, 13,",
+    "The quick brown fox",
+    "Dear Sir or Madam,\n\nI am writing to",
+    "Q: What is the boiling point of water?\nA:",
+    "<html>\n<head>\n<title>",
+    "In 1969, the first humans",
+    "Ingredients:\n- 2 cups flour\n-",
+)
+
+
+def prompt_set() -> list[tuple[str, str]]:
+    """(kind, text) pairs, deterministic and distinct: held-out benchmark chat prompts, an even spread of
+    the built-in distillation prompts (chat), and raw text."""
+    builtin = builtin_prompts()
+    step = len(builtin) // N_BUILTIN
+    chat = list(dict.fromkeys(list(CHAT_PROMPTS) + builtin[::step][:N_BUILTIN]))
+    return [("chat", p) for p in chat] + [("raw", p) for p in RAW]
+
+
+PROMPTS = prompt_set()
+
+
+# configuration -> every n-th prompt of PROMPTS it runs. The benchmarked configuration (the issue's requirement) runs
+# all of them; the demo default, whose fp32-activation passes cost ~2.5x as much, runs every other one to keep
+# the test near 8 minutes on 2 cores (measured: see the module docstring).
+STRIDE = {"split-int4:4": 1, "exact": 2}
+
+
+@pytest.fixture(scope="module", params=list(STRIDE))
+def engine(request: pytest.FixtureRequest, smollm2_bundle_for) -> tuple[str, Engine]:
+    """(configuration name, an Engine on the real pair): speculative plan, no memory budget (as benchmarks load it)."""
+    eng = Engine.load(smollm2_bundle_for(request.param))
+    assert eng.plan.mode == "speculative" and eng.plan.draft_length >= GAMMA, eng.plan.describe()
+    return request.param, eng
+
+
+def _first_difference(engine: Engine, ar: tuple[int, ...], sd: tuple[int, ...]) -> str:
+    j = next((k for k, (a, b) in enumerate(zip(ar, sd)) if a != b), min(len(ar), len(sd)))
+
+    def at(ids: tuple[int, ...]) -> str:
+        return f"{ids[j]} {engine.tokenizer.decode([ids[j]])!r}" if j < len(ids) else "(ended)"
+
+    return f"at new token {j}: AR {at(ar)}, speculative {at(sd)} (after {engine.tokenizer.decode(list(ar[:j]))!r})"
+
+
+def test_prompt_set_is_200_distinct() -> None:
+    assert len(PROMPTS) >= 200 and len(PROMPTS[::STRIDE["split-int4:4"]]) >= 200, len(PROMPTS)
+    assert len({p for _, p in PROMPTS}) == len(PROMPTS)
+    assert {k for k, _ in PROMPTS} == {"chat", "raw"}
+
+
+@pytest.mark.slow
+def test_greedy_speculative_equals_greedy_ar_on_200_prompts(engine: tuple[str, Engine], record_property) -> None:
+    name, engine = engine
+    spec = engine.manifest.target
+    # The runtime's exactness mechanism: export measured that passes of >= r rows are row-exact, and the
+    # engine pads shorter target passes (the AR reference below included) to r rows.
+    assert spec.batch_invariant_rows is not None, "export found the target graph not row-exact at any pass size"
+    assert engine.target.min_rows == spec.batch_invariant_rows
+    prompts = PROMPTS[::STRIDE[name]]
+    cfg = {"max_new_tokens": NEW_TOKENS, "stop_token_ids": ()}  # no stop token: every run is NEW_TOKENS long
+    modes = {"adaptive": {}, f"gamma={GAMMA}": {"draft_length": GAMMA}}
+    differ: dict[str, list[str]] = {m: [] for m in modes}
+    drafted = dict.fromkeys(modes, 0)
+    accepted = dict.fromkeys(modes, 0)
+    multi = dict.fromkeys(modes, 0)  # steps at gamma >= 2: verify passes of 3+ rows
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    for i, (kind, prompt) in enumerate(prompts):
+        ids = engine.encode_chat([{"role": "user", "content": prompt}]) if kind == "chat" else \
+            engine.tokenizer.encode(prompt).ids
+        # AR and adaptive reuse the KV of the previous call's common prefix (as chat turns do); the fixed-gamma
+        # run starts from an empty cache (as the benchmarks do), so its prompt is prefilled in other passes.
+        ar = engine.generate(ids, cfg, speculative=False).token_ids
+        assert len(ar) == NEW_TOKENS
+        for mode, kw in modes.items():
+            if "draft_length" in kw:
+                engine.reset()
+            r = engine.generate(ids, cfg, **kw)
+            drafted[mode] += r.stats.drafted
+            accepted[mode] += r.stats.accepted
+            multi[mode] += sum(n for g, n in r.stats.gamma_hist.items() if g >= 2)
+            if r.token_ids != ar:
+                differ[mode].append(f"prompt {i} ({kind} {prompt[:40]!r}) {_first_difference(engine, ar, r.token_ids)}")
+    summary = "; ".join(f"{m}: {len(differ[m])}/{len(prompts)} prompts differ, {accepted[m]}/{drafted[m]} drafts "
+                        f"accepted, {multi[m]} steps at gamma >= 2" for m in modes)
+    record_property("greedy_sd_vs_ar", summary)
+    print(f"\n{name} ({len(prompts)} prompts x {NEW_TOKENS} tokens): {summary}; "
+          f"{time.perf_counter() - t0:.0f}s wall, {time.process_time() - cpu0:.0f}s CPU")
+    for m in modes:
+        assert not differ[m], f"{name} {m}: {len(differ[m])}/{len(prompts)} prompts differ; first: {differ[m][0]}"
+    for m in modes:  # drafts both accepted and rejected, some through verify passes of 3+ rows
+        assert 0 < accepted[m] < drafted[m], (name, m, accepted[m], drafted[m])
+        assert multi[m] > 0, (name, m)
