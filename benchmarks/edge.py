@@ -46,6 +46,8 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
     load_kwargs: dict[str, Any] = {"memory_budget": spec.get("budget")}
     if spec.get("threads") and "threads" in inspect.signature(Engine.load).parameters:
         load_kwargs["threads"] = int(spec["threads"])
+    if spec.get("spin"):
+        load_kwargs["spin"] = True
     try:
         engine = Engine.load(spec["bundle"], **load_kwargs)
     except EdgeSpecError as exc:

@@ -60,10 +60,10 @@ def guarded(fn, *args: Any, **kwargs: Any) -> dict[str, Any]:
 
 
 def edge(bundle: Path, ids: list[list[int]], *, tokens: int, temperature: float, repeats: int, threads: int,
-         speculative: bool, budget: int | str | None = None) -> dict[str, Any]:
+         speculative: bool, budget: int | str | None = None, spin: bool = False) -> dict[str, Any]:
     spec = {"module": "edge", "bundle": str(bundle), "prompt_ids": ids, "max_new_tokens": tokens,
             "temperature": temperature, "repeats": repeats, "warmup": 1, "threads": threads,
-            "speculative": speculative, "budget": budget, "ignore_stop": True}
+            "speculative": speculative, "budget": budget, "ignore_stop": True, "spin": spin}
     return measure(spec)
 
 
@@ -94,8 +94,10 @@ def run_systems(args: argparse.Namespace, ids: list[list[int]]) -> tuple[dict[st
 
     for temp in (0.0, 0.7):
         tag = "greedy" if temp == 0 else f"T={temp}"
-        row(f"edge-spec AR {tag}", edge, args.bundle, ids, temperature=temp, speculative=False, **common)
-        row(f"edge-spec speculative {tag}", edge, args.bundle, ids, temperature=temp, speculative=True, **common)
+        row(f"edge-spec AR {tag}", edge, args.bundle, ids, temperature=temp, speculative=False, spin=args.edge_spin,
+            **common)
+        row(f"edge-spec speculative {tag}", edge, args.bundle, ids, temperature=temp, speculative=True,
+            spin=args.edge_spin, **common)
         if args.context is None:  # the same context as edge-spec's plan, so peak RSS compares like with like
             args.context = vs_targets.plan_context(rows[f"edge-spec speculative {tag}"]) or 4096
             log(f"llama.cpp context {args.context} (edge-spec's planned context)")
@@ -162,6 +164,8 @@ def main() -> int:
                     "mode, e.g. '--spec-draft-p-min 0.75'")
     ap.add_argument("--ort-k", type=int, nargs="+", default=[2, 4],
                     help="ORT GenAI max_draft_tokens tried greedy (the targets compare with the fastest)")
+    ap.add_argument("--edge-spin", action="store_true", help="edge-spec with Engine.load(spin=True) (the CLI's "
+                    "--spin), as llama.cpp busy-waits by default; off by default")
     ap.add_argument("--ort-spin", action="store_true", help="ORT GenAI with intra-op spinning (its default); "
                     "off by default, as edge-spec's sessions")
     ap.add_argument("--skip-ort", action="store_true")
