@@ -27,7 +27,7 @@ from edge_spec.errors import BundleError
 
 MANIFEST_NAME = "edge_spec.json"
 FORMAT = "edge-spec-bundle"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 PRECISIONS = ("int4", "int8", "fp16", "fp32")
 
 
