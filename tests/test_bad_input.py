@@ -227,7 +227,7 @@ def test_api_prompt_and_chat_type_errors(demo_bundle):
 
 def test_readme_states_suite_time_fast_subset_and_the_clis_export_time():
     readme = (ROOT / "README.md").read_text()
-    assert '-m "not slow"' in readme and "about 10 minutes" in readme
+    assert '-m "not slow"' in readme and "about 20 minutes" in readme
     import inspect
 
     from edge_spec import demo
