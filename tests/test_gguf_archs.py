@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_gguf_export import CHATML, SPECIALS, _vocab
+from test_gguf_export import CHATML, SPECIALS, _vocab, write_header
 
 from edge_spec.bundle import read_manifest
 from edge_spec.errors import ExportError
@@ -33,13 +33,7 @@ def write_arch_gguf(path: Path, arch: str, layers: int, seed: int, extra_tensors
     vocab = len(tokens)
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(layers)
-    w.add_context_length(256)
-    w.add_embedding_length(HIDDEN)
-    w.add_feed_forward_length(FFN)
-    w.add_head_count(HEADS)
-    w.add_head_count_kv(KV_HEADS)
-    w.add_layer_norm_rms_eps(1e-6)
+    write_header(w, layers)
     if arch == "phi3":  # as conversion/phi.py writes it (sliding_window: llama.cpp disables Phi-3 SWA)
         w.add_rope_scaling_orig_ctx_len(256)
         w.add_rope_dimension_count(rot_dims)

@@ -65,13 +65,8 @@ def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_tiny_gguf(path: Path, arch: str, layers: int, seed: int, embed_seed: int = 0) -> Path:
-    """A random ``arch`` (llama | qwen2 | qwen3) decoder as GGUF: tied Q8_0 embedding, Q4_0/Q4_1/Q8_0 linear layers."""
-    tokens, merges = _vocab()
-    vocab = len(tokens)
-    head = _head(arch)
-    rng = np.random.default_rng(seed)
-    w = gguf.GGUFWriter(str(path), arch)
+def write_header(w: gguf.GGUFWriter, layers: int) -> None:
+    """The hyperparameters every tiny test GGUF shares (sizes from this module's constants)."""
     w.add_block_count(layers)
     w.add_context_length(256)
     w.add_embedding_length(HIDDEN)
@@ -79,6 +74,16 @@ def write_tiny_gguf(path: Path, arch: str, layers: int, seed: int, embed_seed: i
     w.add_head_count(HEADS)
     w.add_head_count_kv(KV_HEADS)
     w.add_layer_norm_rms_eps(1e-6)
+
+
+def write_tiny_gguf(path: Path, arch: str, layers: int, seed: int, embed_seed: int = 0) -> Path:
+    """A random ``arch`` (llama | qwen2 | qwen3) decoder as GGUF: tied Q8_0 embedding, Q4_0/Q4_1/Q8_0 linear layers."""
+    tokens, merges = _vocab()
+    vocab = len(tokens)
+    head = _head(arch)
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), arch)
+    write_header(w, layers)
     w.add_rope_freq_base(10000.0)
     if arch == "llama":
         w.add_rope_dimension_count(HEAD)
