@@ -6,12 +6,14 @@
 Runs ``Engine.stream`` on held-out chat prompts (ids from the bundle's chat format, stop tokens
 ignored so every prompt makes ``--tokens`` tokens) with the engine's own pieces timed by
 ``perf_counter`` hooks installed on the classes for the duration of the run (nothing in the
-runtime is changed): ``Decoder.draft`` / ``verify`` / ``accept``, ``DraftPolicy.update`` and
+runtime is changed): ``Decoder.draft`` / ``draft_lookup`` / ``verify`` / ``accept``, ``DraftPolicy.update`` and
 ``ModelSession.forward``, whose ``run_seconds`` separates ONNX Runtime's own time from the
 binding and Python around it. A step is the time between two events of the stream; the first
 step of each prompt (it prefills the prompt) is left out. ``--gammas``: ``auto`` is the adaptive
 draft-length policy the benchmarks report; a number fixes the draft length, so the cost of a
-speculative step is visible even when the policy would switch speculation off.
+speculative step is visible even when the policy would switch speculation off. Steps are grouped
+by where their drafts came from: the drafter model, prompt lookup (hybrid drafting, the default),
+or none (plain steps).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from edge_spec.runtime.speculative import Decoder  # noqa: E402
 COMPONENTS = (
     ("drafter: ONNX Runtime", "drafter_ort"),
     ("drafter: binding + Python in forward()", "drafter_bind"),
-    ("drafting logic (argmax / sampling, id map)", "draft_logic"),
+    ("drafting logic (argmax / sampling, id map, lookup)", "draft_logic"),
     ("target verify: ONNX Runtime", "target_ort"),
     ("target: binding + Python in forward()", "target_bind"),
     ("acceptance + sampling (probs, verify rule)", "verify_logic"),
@@ -76,9 +78,22 @@ class Hooks:
     def install(self) -> None:
         eng, acc = self.engine, self.acc
 
-        def on_draft(_: Any, a: tuple, g: int) -> None:
+        def on_draft(dec: Any, a: tuple, g: int) -> None:
             acc["drafted"] += g
             acc["gamma_last"] = g
+            acc["lookup_last"] = float(dec.deterministic)  # the lookup rung drafts through draft() too
+
+        orig_lookup = Decoder.draft_lookup
+
+        def draft_lookup(dec: Decoder, gamma: int) -> int:  # hybrid drafting calls it directly, before draft()
+            t0 = time.perf_counter()
+            g = orig_lookup(dec, gamma)
+            if dec.drafter is not None:  # (with no drafter it runs inside draft(), timed and counted there)
+                acc["lookup"] += time.perf_counter() - t0
+                acc["drafted"] += g
+                acc["gamma_last"] = g
+                acc["lookup_last"] = 1.0
+            return g
 
         def on_verify(_: Any, a: tuple, out: tuple[int, int]) -> None:
             acc["accepted"] += out[0]
@@ -98,6 +113,8 @@ class Hooks:
             self.passes.append((who, len(tokens), ort))
             return out
 
+        self._orig.append((Decoder, "draft_lookup", orig_lookup))
+        Decoder.draft_lookup = draft_lookup  # type: ignore[method-assign]
         self._wrap(Decoder, "draft", "draft", on_draft)
         self._wrap(Decoder, "verify", "verify", on_verify)
         self._wrap(Decoder, "accept", "accept")
@@ -130,7 +147,9 @@ def profile(engine: Engine, prompts: list[list[int]], gamma: int | None, tokens:
                 now = time.perf_counter()
                 cur = dict(hooks.acc)
                 d = {k: cur.get(k, 0.0) - before.get(k, 0.0) for k in cur}
-                d.update(wall=now - t_prev, tokens=len(ev.token_ids), gamma=cur.get("gamma_last", 0))
+                d.update(wall=now - t_prev, tokens=len(ev.token_ids), gamma=cur.get("gamma_last", 0),
+                         from_lookup=cur.get("lookup_last", 0.0))
+                hooks.acc["gamma_last"] = hooks.acc["lookup_last"] = 0.0  # a step that drafts nothing sets neither
                 if i > 0:  # the first step prefills the prompt
                     steps.append(d)
                 before, t_prev = cur, time.perf_counter()  # consumer time between events is not the engine's
@@ -155,11 +174,11 @@ def breakdown(steps: list[dict[str, float]]) -> dict[str, float]:
         return 1e3 * sum(s.get(key, 0.0) for s in steps) / n
 
     out = {"drafter_ort": mean("drafter_ort"), "drafter_bind": mean("drafter_fwd") - mean("drafter_ort"),
-           "draft_logic": mean("draft") - mean("drafter_fwd"), "target_ort": mean("target_ort"),
+           "draft_logic": mean("draft") + mean("lookup") - mean("drafter_fwd"), "target_ort": mean("target_ort"),
            "target_bind": mean("target_fwd") - mean("target_ort"), "verify_logic": mean("verify") - mean("target_fwd"),
            "accept": mean("accept"), "policy": mean("policy")}
     out["total"] = mean("wall")
-    out["loop"] = out["total"] - (mean("draft") + mean("verify") + mean("accept") + mean("policy"))
+    out["loop"] = out["total"] - (mean("draft") + mean("lookup") + mean("verify") + mean("accept") + mean("policy"))
     out["tokens"] = sum(s["tokens"] for s in steps) / n
     out["drafter_passes"] = sum(s.get("drafter_passes", 0) for s in steps) / n
     out["gamma"] = sum(s["gamma"] for s in steps) / n
@@ -171,7 +190,8 @@ def breakdown(steps: list[dict[str, float]]) -> dict[str, float]:
 
 def table(name: str, res: dict[str, Any]) -> str:
     """Markdown: ms per step by component for speculative steps, plain steps and all steps."""
-    groups = {"speculative steps": [s for s in res["steps"] if s["gamma"] > 0],
+    groups = {"drafter steps": [s for s in res["steps"] if s["gamma"] > 0 and not s["from_lookup"]],
+              "lookup steps": [s for s in res["steps"] if s["gamma"] > 0 and s["from_lookup"]],
               "plain steps (gamma 0)": [s for s in res["steps"] if s["gamma"] == 0],
               "all steps": res["steps"]}
     cols = {k: breakdown(v) for k, v in groups.items() if v}

@@ -163,8 +163,9 @@ def test_profile_and_ort_genai_composite_on_the_demo_bundle(demo_bundle: Path, t
     engine = Engine.load(demo_bundle, threads=1)
     ids = engine.encode_chat([{"role": "user", "content": "Write a function that adds two numbers."}])
     res = profile_spec.profile(engine, [ids], 2, 12, 0.0)
-    spec_steps = [s for s in res["steps"] if s["gamma"] > 0]
+    spec_steps = [s for s in res["steps"] if s["gamma"] > 0 and not s["from_lookup"]]
     assert spec_steps and all(s["drafter_passes"] >= 1 for s in spec_steps)
+    assert all(s["drafter_passes"] == 0 for s in res["steps"] if s["from_lookup"])  # hybrid: lookup drafts are free
     b = profile_spec.breakdown(spec_steps)
     assert b["total"] > 0 and sum(b[key] for _, key in profile_spec.COMPONENTS) == pytest.approx(b["total"])
     assert b["target_ort"] > 0 and b["drafter_ort"] > 0

@@ -153,6 +153,20 @@ def test_generate_json(capsys, demo_bundle: Path) -> None:
     assert data["plan"]["mode"] == "speculative" and data["peak_rss_bytes"] > 0
 
 
+@pytest.mark.parametrize("drafting,mode", [("lookup", "lookup"), ("model", "speculative")])
+def test_generate_drafting_source(capsys, demo_bundle: Path, drafting: str, mode: str) -> None:
+    rc = main(["generate", str(demo_bundle), "--prompt", "a b c a b c a b c a b", "--max-new-tokens", "12", "--json",
+               "--drafting", drafting])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    data = json.loads(out)
+    assert data["plan"]["mode"] == mode
+    if drafting == "model":
+        assert data["stats"]["lookup_drafted"] == 0
+    else:
+        assert data["stats"]["lookup_drafted"] == data["stats"]["drafted"]
+
+
 @pytest.mark.slow
 def test_generate_chat_prompt_from_stdin_no_speculation(capsys, monkeypatch, demo_bundle: Path) -> None:
     monkeypatch.setattr(sys, "stdin", io.StringIO("Write a function.\n"))
@@ -253,6 +267,7 @@ def test_bundle_without_chat_format(capsys, monkeypatch, manifest_copy) -> None:
     (["--max-new-tokens", "0"], ("--max-new-tokens", "positive")),
     (["--memory-budget", "lots"], ("--memory-budget", "600MB")),
     (["--device", "tpu"], ("--device", "invalid choice")),
+    (["--drafting", "tree"], ("--drafting", "invalid choice")),
 ])
 @pytest.mark.parametrize("cmd", ["chat", "generate"])
 def test_bad_option_values(capsys, tmp_path: Path, cmd: str, argv: list[str], needles: tuple[str, ...]) -> None:

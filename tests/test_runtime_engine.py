@@ -48,16 +48,18 @@ def _discrepancy(engine: Engine, bundle: Path) -> float:
 
 
 def test_greedy_speculative_equals_greedy_ar_on_50_prompts(engine, bundle, record_property):
-    """Drafter-model SD and prompt-lookup SD (which gets drafts accepted even from a weak pair)
-    against AR of the same target graph."""
+    """Hybrid SD (the default: lookup drafts where the context repeats, the drafter elsewhere), drafter-model
+    SD and prompt-lookup SD (which gets drafts accepted even from a weak pair) against AR of the same
+    target graph."""
     disc = _discrepancy(engine, bundle)
     lookup = Engine.load(bundle, drafting="lookup", max_context=256)
+    model = Engine.load(bundle, drafting="model", max_context=256)
     mismatches, margins, drafted, accepted = 0, [], 0, 0
     assert len(PROMPTS) >= 50
     cfg = {"max_new_tokens": 24, "stop_token_ids": ()}
     for prompt in PROMPTS:
         ar = engine.generate(prompt, cfg, speculative=False).token_ids
-        for eng in (engine, lookup):
+        for eng in (engine, model, lookup):
             r = eng.generate(prompt, cfg, draft_length=4)
             drafted, accepted = drafted + r.stats.drafted, accepted + r.stats.accepted
             if r.token_ids == ar:
@@ -68,12 +70,14 @@ def test_greedy_speculative_equals_greedy_ar_on_50_prompts(engine, bundle, recor
             logits, _ = plain_logits(bundle / engine.manifest.target.graph, engine.manifest.target, ids)
             top2 = np.sort(logits[-1])[-2:]
             margins.append(float(top2[1] - top2[0]))
-    record_property("greedy_mismatches", f"{mismatches}/{2 * len(PROMPTS)}")
+    runs = 3 * len(PROMPTS)
+    record_property("greedy_mismatches", f"{mismatches}/{runs}")
     record_property("verify_vs_step_discrepancy", disc)
-    print(f"\ngreedy SD vs AR: {mismatches}/{2 * len(PROMPTS)} runs differ (drafter model and prompt lookup, "
+    print(f"\ngreedy SD vs AR: {mismatches}/{runs} runs differ (hybrid, drafter model and prompt lookup, "
           f"{accepted}/{drafted} drafts accepted); verify-vs-step discrepancy {disc:.4g}; "
           f"margins at first difference {margins}")
     assert accepted > 0  # accepted drafts were exercised, not only rejections
+    assert engine.stats.lookup_drafted > 0 and model.stats.lookup_drafted == 0  # hybrid used lookup; "model" not
     if engine.manifest.target.batch_invariant_rows is not None:
         # padded 1-token steps make every target row bit-identical to its verify-pass twin
         assert engine.target.min_rows == engine.manifest.target.batch_invariant_rows
@@ -287,6 +291,21 @@ def test_context_full_finishes_cleanly(bundle):
     with pytest.warns(RuntimeWarning, match="context is full"):
         r = e.generate("Once upon a time", max_new_tokens=400, config={"stop_token_ids": ()})
     assert r.finish_reason == "context_full" and len(e.context) == 161
+
+
+def test_hybrid_drafting_is_the_default_and_model_opts_out(bundle):
+    """drafting="auto" with a drafter: lookup drafts on a repetitive prompt, counted apart in the stats;
+    drafting="model": only the drafter drafts. Same greedy output either way, and as plain decoding."""
+    prompt = "a b c d a b c d a b c d a b"
+    cfg = {"stop_token_ids": ()}
+    auto, model = Engine.load(bundle, max_context=256), Engine.load(bundle, drafting="model", max_context=256)
+    assert auto.plan.mode == model.plan.mode == "speculative"
+    a = auto.generate(prompt, cfg, max_new_tokens=30, draft_length=4)
+    m = model.generate(prompt, cfg, max_new_tokens=30, draft_length=4)
+    ar = auto.generate(prompt, cfg, max_new_tokens=30, speculative=False)
+    assert a.token_ids == m.token_ids == ar.token_ids
+    assert 0 < a.stats.lookup_drafted <= a.stats.drafted and a.stats.lookup_accepted <= a.stats.lookup_drafted
+    assert m.stats.lookup_drafted == 0 and m.stats.drafted > 0
 
 
 def test_lookup_rung_generates_like_ar(bundle):

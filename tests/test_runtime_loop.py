@@ -52,11 +52,13 @@ class FakeModel:
 GREEDY = SamplingConfig()
 
 
-def run(dec, ids, cfg=GREEDY, gamma=None, max_new=30, stop=frozenset(), seed=0, threshold=0.0, rule="coupled"):
+def run(dec, ids, cfg=GREEDY, gamma=None, max_new=30, stop=frozenset(), seed=0, threshold=0.0, rule="coupled",
+        hybrid=False):
     dec.set_context(np.asarray(ids, dtype=np.int64))
     policy = None if gamma is None else DraftPolicy(dec.max_gamma, fixed=gamma)
+    lookup_policy = DraftPolicy(dec.max_gamma, fixed=gamma, free_drafts=True) if hybrid else None
     sampler = Noise(seed, V) if rule == "coupled" else Rejection(np.random.default_rng(seed))
-    steps = list(decode(dec, cfg, policy, sampler, max_new, stop, threshold))
+    steps = list(decode(dec, cfg, policy, sampler, max_new, stop, threshold, lookup_policy))
     return [t for s in steps for t in s.tokens], steps
 
 
@@ -168,6 +170,80 @@ def test_prompt_lookup_drafts_and_losslessness():
     ar, _ = run(Decoder(FakeModel(table_logits(0)), None), prompt)
     sd, steps = run(Decoder(FakeModel(table_logits(0)), None, lookup=True, max_gamma=4), prompt, gamma=4)
     assert sd == ar and any(s.gamma > 0 for s in steps)
+
+
+def test_hybrid_drafting_lookup_first_then_drafter_lossless():
+    """Drafter model + prompt lookup: lookup drafts whenever the context repeats a 2-gram, the drafter
+    otherwise (catching up on what lookup steps committed in one pass); greedy output equals AR."""
+    prompt = [3, 4, 5, 9, 3, 4, 5, 9, 3, 4]
+    ar, _ = run(Decoder(FakeModel(table_logits(0)), None), prompt, max_new=40)
+    for noise in (0.0, 1.0, 5.0):
+        target, drafter = FakeModel(table_logits(0)), FakeModel(table_logits(1, noise))
+        dec = Decoder(target, drafter, lookup=True, max_gamma=4)
+        sd, steps = run(dec, prompt, gamma=4, max_new=40, hybrid=True)
+        assert sd == ar, noise
+        check_kv_invariant(dec, target, drafter)
+        assert steps[0].lookup and steps[0].gamma == 4  # "3 4" occurred before: lookup drafts "5 9 3 4"
+        assert any(s.gamma and not s.lookup for s in steps)  # and the drafter drafts where nothing repeats
+    # a 1-token match is not enough next to a drafter; alone (the lookup rung), it is
+    toks = np.array([7, 1, 2, 7], dtype=np.int64)
+    dec = Decoder(FakeModel(table_logits(0)), FakeModel(table_logits(0)), lookup=True, max_gamma=3)
+    dec.tok[:4] = toks
+    dec.n = 4
+    assert dec.draft_lookup(3) == 0 and not Decoder(FakeModel(table_logits(0)), None).lookup_ngram_min > 1
+    solo = Decoder(FakeModel(table_logits(0)), None, lookup=True, max_gamma=3)
+    solo.tok[:4], solo.n = toks, 4
+    assert solo.draft_lookup(3) == 3 and solo.drafts[:3].tolist() == [1, 2, 7]
+
+
+class Clock:
+    """A fake ``time`` module for the loop: model passes advance it by their modelled cost."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class ScriptModel(FakeModel):
+    """Says ``script[i]`` after i tokens, whatever they were (so repeated n-grams do not predict it), and
+    advances a :class:`Clock` by a modelled pass cost."""
+
+    def __init__(self, script, clock, first, per_row, **kw):
+        super().__init__(table_logits(0), **kw)
+        self.script, self.clock, self.first, self.per_row = script, clock, first, per_row
+
+    def forward(self, tokens):
+        self.clock.now += self.first + self.per_row * (len(tokens) - 1)
+        super().forward(tokens)
+        out = self.out[:len(tokens)]
+        out[:] = 0.0
+        for i in range(len(tokens)):
+            out[i, self.script[self.length - len(tokens) + i + 1]] = 10.0
+        return out
+
+
+def test_hybrid_policies_turn_useless_lookup_off_and_keep_the_drafter(monkeypatch):
+    """Lookup drafts that are nearly always rejected: its policy stops proposing them (only probes, with
+    back-off), while the drafter's policy, judged on its own steps, keeps speculating with its good drafts."""
+    import edge_spec.runtime.speculative as spec
+
+    clock = Clock()
+    monkeypatch.setattr(spec, "time", clock)
+    script = np.random.default_rng(3).integers(0, V, size=300).tolist()  # repeated 2-grams, random sequels
+    target = ScriptModel(script, clock, 0.010, 0.0025, capacity=300)
+    drafter = ScriptModel(script, clock, 0.0005, 0.0, capacity=300)  # always right
+    dec = Decoder(target, drafter, lookup=True, max_gamma=4)
+    dec.set_context(np.asarray(script[:20], dtype=np.int64))
+    lookup_policy, policy = DraftPolicy(4, free_drafts=True, probe_every=4), DraftPolicy(4, probe_every=4)
+    steps = list(decode(dec, GREEDY, policy, Noise(0, V), 200, frozenset(), 0.0, lookup_policy))
+    assert [t for s in steps for t in s.tokens] == script[20:220]
+    lookup = [s for s in steps if s.lookup]
+    assert lookup and sum(s.accepted for s in lookup) < 0.3 * sum(s.gamma for s in lookup)
+    assert len(lookup) <= 8  # probes with growing gaps, not every step with a match
+    assert sum(s.accepted for s in steps if not s.lookup) >= 120  # the drafter carried the speculation
+    check_kv_invariant(dec, target, drafter)
 
 
 def test_policy_turns_speculation_off_when_slower_and_reprobes_with_backoff():
@@ -304,28 +380,33 @@ def test_sampled_output_is_the_same_for_any_draft_lengths(trimmed):
     assert other != ar  # the seed matters
 
 
-@pytest.mark.parametrize("lookup", [False, True])
-def test_unseeded_rejection_rule_is_distributed_as_p_over_two_tokens(lookup):
+@pytest.mark.parametrize("mode", ["model", "lookup", "hybrid"])
+def test_unseeded_rejection_rule_is_distributed_as_p_over_two_tokens(mode):
     """The rejection rule (unseeded calls): the first two generated tokens jointly follow p, through
-    accepted drafts, rejections with residual sampling, and bonus tokens (model or lookup drafts)."""
+    accepted drafts, rejections with residual sampling, and bonus tokens (model, lookup or hybrid drafts)."""
     from scipy.stats import chisquare
 
     from edge_spec.runtime.sampling import probs
 
     cfg = SamplingConfig(1.0)
     table_t, table_d = table_logits(0), table_logits(5, 1.5)
-    prompt = [2, 3, 2]  # lookup drafts "3 ..." after the repeated 2
-    p1 = probs(table_t[3, 2][None], cfg)[0]
+    # lookup drafts "3 ..." after the repeated 2; hybrid drafts "1 2 3" after the repeated 2-gram "2 3"
+    prompt = [2, 3, 1, 2, 3] if mode == "hybrid" else [2, 3, 2]
+    last, prev = prompt[-1], prompt[-2]
+    p1 = probs(table_t[prev, last][None], cfg)[0]
     joint = np.zeros((V, V))
     for a in range(V):
-        joint[a] = p1[a] * probs(table_t[2, a][None], cfg)[0]
+        joint[a] = p1[a] * probs(table_t[last, a][None], cfg)[0]
     n = 4000
     counts = np.zeros((V, V))
+    lookups = 0
     for seed in range(n):
-        drafter = None if lookup else FakeModel(table_d)
-        dec = Decoder(FakeModel(table_t), drafter, lookup=lookup, max_gamma=3)
-        out, _ = run(dec, prompt, cfg, gamma=3, max_new=2, seed=seed, rule="rejection")
+        drafter = None if mode == "lookup" else FakeModel(table_d)
+        dec = Decoder(FakeModel(table_t), drafter, lookup=mode != "model", max_gamma=3)
+        out, steps = run(dec, prompt, cfg, gamma=3, max_new=2, seed=seed, rule="rejection", hybrid=mode == "hybrid")
+        lookups += sum(s.lookup for s in steps)
         counts[out[0], out[1]] += 1
+    assert (lookups > 0) == (mode != "model")
     exp, obs = joint.ravel() * n, counts.ravel()
     keep = exp >= 5
     assert obs[~keep].sum() <= max(10, 3 * exp[~keep].sum())

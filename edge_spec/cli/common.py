@@ -123,6 +123,9 @@ def add_sampling_options(p: argparse.ArgumentParser, max_new_tokens: int = 256) 
                    help=f"most tokens per reply (default {max_new_tokens})")
     g.add_argument("--no-speculation", action="store_true",
                    help="plain autoregressive decoding (the drafter is not loaded)")
+    g.add_argument("--drafting", choices=("auto", "model", "lookup"), default="auto",
+                   help="where drafts come from: auto = the drafter, and prompt lookup where the text repeats "
+                        "itself (default); model = the drafter only; lookup = prompt lookup only (no drafter loaded)")
 
 
 def generation_config(args: argparse.Namespace, **extra: Any) -> GenerationConfig:
@@ -144,7 +147,8 @@ def load_engine(args: argparse.Namespace, bundle: Any, prompt: Any = None, max_n
         warnings.simplefilter("always")
         engine = Engine.load(bundle, memory_budget=args.memory_budget, device=args.device,
                              drafter_device=args.drafter_device, max_context=getattr(args, "max_context", None),
-                             drafting="none" if getattr(args, "no_speculation", False) else "auto",
+                             drafting="none" if getattr(args, "no_speculation", False) else
+                             getattr(args, "drafting", "auto"),
                              threads=getattr(args, "threads", 0), spin=getattr(args, "spin", False),
                              prompt=prompt, max_new_tokens=max_new_tokens)
     for w in caught:

@@ -84,7 +84,7 @@ class LoadConfig:
     strict: bool = False  # unavailable device -> error instead of CPU fallback
     max_context: int | None = None
     draft_length: int | None = None  # upper bound on gamma for the plan
-    drafting: str = "auto"  # "auto" | "model" | "lookup" | "none"
+    drafting: str = "auto"  # "auto" (drafter + lookup) | "model" (drafter only) | "lookup" | "none"
     threads: int = 0
     spin: bool = False  # ORT pool threads busy-wait between kernels (see runtime/options.py)
 
@@ -105,8 +105,10 @@ class Stats:
     prompt_tokens: int = 0
     reused_tokens: int = 0  # prompt tokens whose KV was kept from the previous call
     target_passes: int = 0  # decode-loop target passes (verify steps)
-    drafted: int = 0
+    drafted: int = 0  # all drafts (drafter model and prompt lookup)
     accepted: int = 0
+    lookup_drafted: int = 0  # of which prompt-lookup drafts (hybrid drafting, or the lookup rung)
+    lookup_accepted: int = 0
     seconds: float = 0.0  # wall time of the generation(s)
     target_seconds: float = 0.0  # inside ONNX Runtime, target (incl. prefill)
     drafter_seconds: float = 0.0

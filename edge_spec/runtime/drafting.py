@@ -1,7 +1,9 @@
 """Drafts without a model (the degradation ladder's middle rung) and the draft-length policy.
 
 * :func:`lookup_draft` — prompt lookup (CopySpec / prompt-lookup decoding): find the latest
-  earlier occurrence of the context's last n-gram and propose what followed it.
+  earlier occurrence of the context's last n-gram (prompt and output so far) and propose what
+  followed it. Alone it is the ladder's middle rung; next to a drafter model it drafts first
+  whenever the context has a match (hybrid drafting, :func:`edge_spec.runtime.speculative.decode`).
 * :class:`DraftPolicy` — how many tokens to draft next: fixed, or chosen online to maximise
   goodput (SmartSpec-style) from measured drafter/target step costs and acceptance, including
   gamma = 0 (speculation off) with re-probing that backs off exponentially.
@@ -12,14 +14,14 @@ from __future__ import annotations
 import numpy as np
 
 
-def lookup_draft(tokens: np.ndarray, n: int, max_len: int, ngram_max: int = 3) -> np.ndarray:
-    """Continuation of the most recent earlier match of the last ``k`` tokens (k = ngram_max..1).
+def lookup_draft(tokens: np.ndarray, n: int, max_len: int, ngram_max: int = 3, ngram_min: int = 1) -> np.ndarray:
+    """Continuation of the most recent earlier match of the last ``k`` tokens (k = ngram_max..ngram_min).
 
     ``tokens[:n]`` is the context. Returns a view of at most ``max_len`` tokens (maybe empty).
     """
     if max_len <= 0 or n < 2:
         return tokens[:0]
-    for k in range(min(ngram_max, n - 1), 0, -1):
+    for k in range(min(ngram_max, n - 1), max(ngram_min, 1) - 1, -1):
         tail = tokens[n - k:n]
         hits = tokens[:n - k] == tail[0]  # transient bool array: freed at once, not kept per token
         for j in range(1, k):
@@ -90,6 +92,13 @@ class DraftPolicy:
                     return self.t_verify[m] * (1 + 0.25 * (k - 1)) / (1 + 0.25 * (m - 1))
         return 1.0
 
+    def observe(self, k: int, t_verify: float) -> None:
+        """A k-token target pass measured while the other drafting source ran the step (hybrid drafting):
+        only the cost table learns from it."""
+        if 0 < k < len(self.t_verify):
+            old = self.t_verify[k]
+            self.t_verify[k] = t_verify if old is None else (1 - self.ema) * old + self.ema * t_verify
+
     def update(self, gamma: int, accepted: int, t_draft: float, t_verify: float, drafter_passes: int = 0,
                timed: bool = True) -> None:
         """Record one step: ``gamma`` drafted, ``accepted`` accepted, seconds spent in each model.
@@ -100,10 +109,7 @@ class DraftPolicy:
         if gamma:
             self.alpha = (1 - e) * self.alpha + e * (accepted / gamma)
         if timed:
-            k = gamma + 1
-            if k < len(self.t_verify):
-                old = self.t_verify[k]
-                self.t_verify[k] = t_verify if old is None else (1 - e) * old + e * t_verify
+            self.observe(gamma + 1, t_verify)
             if drafter_passes or gamma:
                 per = t_draft / max(drafter_passes, gamma)
                 self.t_draft = per if self.t_draft == 0 else (1 - e) * self.t_draft + e * per

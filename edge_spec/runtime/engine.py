@@ -41,9 +41,12 @@ class Engine:
                  id_map: np.ndarray | None, config: LoadConfig, devices: dict[str, str]) -> None:
         self.manifest, self.tokenizer, self.plan, self.config, self.devices = manifest, tokenizer, plan, config, devices
         self.target, self.drafter = target, drafter
-        self._dec = Decoder(target, drafter, lookup=plan.mode == "lookup", id_map=id_map,
+        # "auto" with a drafter: hybrid drafting (lookup drafts first when the context repeats itself)
+        self._hybrid = drafter is not None and config.drafting == "auto"
+        self._dec = Decoder(target, drafter, lookup=plan.mode == "lookup" or self._hybrid, id_map=id_map,
                             max_gamma=plan.draft_length)
         self._policy = DraftPolicy(plan.draft_length, free_drafts=drafter is None)
+        self._lookup_policy = DraftPolicy(plan.draft_length, free_drafts=True) if self._hybrid else None
         self.stats = Stats()
         self.last_stats = Stats()
         self._owner: object | None = None
@@ -207,10 +210,13 @@ class Engine:
         stop_ids = frozenset(self.manifest.tokenizer.stop_token_ids if cfg.stop_token_ids is None
                              else cfg.stop_token_ids)
         speculate = cfg.speculative and self.plan.mode != "ar" and cfg.draft_length != 0
-        policy = None
+        policy = lookup_policy = None
         if speculate:
             policy = self._policy if cfg.draft_length is None else \
                 DraftPolicy(self.plan.draft_length, fixed=cfg.draft_length, free_drafts=d is None)
+            if self._hybrid:
+                lookup_policy = self._lookup_policy if cfg.draft_length is None else \
+                    DraftPolicy(self.plan.draft_length, fixed=cfg.draft_length, free_drafts=True)
         # A seed asks for reproducible text: the coupling makes it f(seed, prompt, settings) whatever the
         # draft lengths. Without one, the rejection rule accepts more drafts (1 - TV vs (1 - TV)/(1 + TV)).
         noise: Noise | Rejection = Rejection(np.random.default_rng()) if cfg.seed is None else \
@@ -220,7 +226,8 @@ class Engine:
         emitted = 0
         finish = "length"
         try:
-            for step in decode(dec, cfg.sampling, policy, noise, cfg.max_new_tokens, stop_ids, cfg.threshold):
+            for step in decode(dec, cfg.sampling, policy, noise, cfg.max_new_tokens, stop_ids, cfg.threshold,
+                               lookup_policy):
                 if self._owner is not owner:
                     raise EdgeSpecError("This stream was superseded by a newer call on the same engine; "
                                         "finish or close a stream before starting another.")
@@ -228,6 +235,9 @@ class Engine:
                 st.target_passes += 1 if step.tokens else 0
                 st.drafted += step.gamma
                 st.accepted += step.accepted
+                if step.lookup:
+                    st.lookup_drafted += step.gamma
+                    st.lookup_accepted += step.accepted
                 st.gamma_hist[step.gamma] += 1
                 detok.push(step.tokens)
                 text = detok.text

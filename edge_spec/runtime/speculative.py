@@ -6,6 +6,12 @@ fake in tests). Invariant between steps, kept by :meth:`Decoder.sync_kv`: each m
 a prefix of the committed tokens and never the last one, which is fed at the next step.
 Whatever a model has not seen yet ("pending") is fed first, in one pass with the new work:
 the prompt on the first step, one token normally, two after an all-accepted step (below).
+
+Drafts come from the drafter model, from prompt lookup (an earlier occurrence of the context's
+last n-gram), or from both (hybrid): then lookup drafts first whenever the committed context has
+a match of at least ``lookup_ngram_min`` tokens and its own draft-length policy wants drafts,
+and the drafter drafts otherwise. Lookup drafts are deterministic (q is one-hot), cost nothing
+to make, and go through the same verify rule, so every output guarantee holds whatever the source.
 """
 
 from __future__ import annotations
@@ -40,12 +46,16 @@ class Step:
     gamma: int
     accepted: int
     finish: str | None  # None, "stop_token", "length", "context_full"
+    lookup: bool = False  # the drafts came from prompt lookup (not the drafter model)
 
 
 class Decoder:
     def __init__(self, target: Model, drafter: Model | None, *, lookup: bool = False,
-                 id_map: np.ndarray | None = None, max_gamma: int = 0) -> None:
+                 id_map: np.ndarray | None = None, max_gamma: int = 0, lookup_ngram_min: int | None = None) -> None:
         self.target, self.drafter, self.lookup = target, drafter, lookup
+        # Alone, any repeated token is worth a guess; next to a drafter a 1-token match is a worse bet than the model.
+        self.lookup_ngram_min = (1 if drafter is None else 2) if lookup_ngram_min is None else lookup_ngram_min
+        self.deterministic = drafter is None  # the current drafts are lookup drafts (q one-hot)
         self.id_map = id_map  # [K] drafter id -> target id, or None
         self.capacity = target.capacity if drafter is None else min(target.capacity, drafter.capacity)
         self.tok = np.zeros(self.capacity + 1, dtype=np.int64)  # [capacity + 1] committed tokens
@@ -108,14 +118,13 @@ class Decoder:
         """Fill ``self.drafts[:g]`` (target ids); returns g <= gamma. Sampled drafts race q against the
         noise the target will race p against at the same positions (see :func:`verify`), or, unseeded,
         are drawn from q, which is kept for the rejection rule."""
+        if self.drafter is None:
+            return self.draft_lookup(gamma)
         self.t_draft = 0.0
         self.drafter_passes = 0
+        self.deterministic = False
         if gamma == 0:
             return 0
-        if self.drafter is None:
-            got = lookup_draft(self.tok, self.n, gamma)
-            self.drafts[:len(got)] = got
-            return len(got)
         t0 = time.perf_counter()
         d = self.drafter
         # Catch-up lives here: after a step where every draft was accepted, the drafter never saw
@@ -151,6 +160,16 @@ class Decoder:
         self.t_draft = time.perf_counter() - t0
         return g
 
+    def draft_lookup(self, gamma: int) -> int:
+        """Fill ``self.drafts[:g]`` with the continuation of the latest earlier match of the context's last
+        n-gram (``lookup_ngram_min``..3 tokens); returns g <= gamma, 0 when there is no match."""
+        self.t_draft = 0.0
+        self.drafter_passes = 0
+        self.deterministic = True
+        got = lookup_draft(self.tok, self.n, gamma, ngram_min=self.lookup_ngram_min) if gamma > 0 else self.tok[:0]
+        self.drafts[:len(got)] = got
+        return len(got)
+
     def verify(self, g: int, cfg: SamplingConfig, noise: Noise | Rejection) -> tuple[int, int]:
         """One target pass over pending + drafts; returns (accepted, next token)."""
         t0 = time.perf_counter()
@@ -158,7 +177,7 @@ class Decoder:
         if cfg.greedy:
             out = verify_greedy(logits, self.drafts[:g])
         elif noise.keeps_q:
-            q = self.qd[:g] if self.drafter is not None else None  # None: deterministic (lookup) drafts
+            q = None if self.deterministic else self.qd[:g]  # None: deterministic (lookup) drafts
             out = verify_rejection(probs(logits, cfg, out=self.p[:g + 1]), q, self.drafts[:g], noise)
         else:
             out = verify(probs(logits, cfg, out=self.p[:g + 1]), self.drafts[:g], noise, self.n)
@@ -180,12 +199,18 @@ class Decoder:
         self.tok[self.n:self.n + len(new)] = new
         self.n += len(new)
         self.sync_kv()
-        return Step(new, flags, g, min(accepted, len(new)), finish)
+        return Step(new, flags, g, min(accepted, len(new)), finish, lookup=self.deterministic and g > 0)
 
 
 def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise: Noise | Rejection,
-           max_new_tokens: int, stop_ids: frozenset[int], threshold: float = 0.0) -> Iterator[Step]:
+           max_new_tokens: int, stop_ids: frozenset[int], threshold: float = 0.0,
+           lookup_policy: DraftPolicy | None = None) -> Iterator[Step]:
     """Generate up to ``max_new_tokens`` after the committed context, one step per yield.
+
+    ``policy`` sets the draft length of ``dec.draft`` (the drafter model, or lookup when there is
+    none). ``lookup_policy`` (hybrid drafting: a drafter model *and* lookup) sets the length of
+    lookup drafts, which go first when the context has a match; each policy learns acceptance
+    from its own steps and step costs from all of them.
 
     Seeded (``Noise``): sampled tokens are races against the noise at their absolute positions, so
     the output is the same for any sequence of draft lengths (and with speculation off).
@@ -197,13 +222,27 @@ def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise:
             if room < 0:
                 yield Step([], [], 0, 0, "context_full")
                 return
-            gamma = 0 if policy is None else min(policy.next_gamma(), room, max_new_tokens - made - 1)
-            timed = dec.backlog(gamma) <= 2  # a step that also prefills says nothing about step costs
-            g = dec.draft(gamma, cfg, noise, threshold)
+            left = max_new_tokens - made - 1  # drafts beyond this could never be committed
+            g, used = 0, policy
+            if lookup_policy is not None:
+                gl = min(lookup_policy.next_gamma(), room, left)
+                g = dec.draft_lookup(gl) if gl > 0 else 0
+                used = lookup_policy if g else policy
+                timed = dec.backlog(0) <= 2
+            if used is policy:
+                gamma = 0 if policy is None else min(policy.next_gamma(), room, left)
+                timed = dec.backlog(gamma) <= 2  # a step that also prefills says nothing about step costs
+                g = dec.draft(gamma, cfg, noise, threshold)
             accepted, nxt = dec.verify(g, cfg, noise)
             step = dec.accept(g, accepted, nxt, stop_ids, max_new_tokens - made)
-            if policy is not None:  # every step, timed or not: the re-probe countdown must advance
-                policy.update(g, accepted, dec.t_draft, dec.t_verify, dec.drafter_passes, timed=timed)
+            if used is not None:  # every step, timed or not: the re-probe countdown must advance
+                used.update(g, accepted, dec.t_draft, dec.t_verify, dec.drafter_passes, timed=timed)
+            if lookup_policy is not None and used is not lookup_policy:
+                # a step without lookup drafts: lookup's re-probe countdown advances, its cost table learns
+                lookup_policy.update(0, 0, 0.0, dec.t_verify, timed=False)
+            for other in (policy, lookup_policy):
+                if other is not None and other is not used and timed:
+                    other.observe(g + 1, dec.t_verify)
             made += len(step.tokens)
             yield step
             if step.finish:
