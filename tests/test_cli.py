@@ -311,3 +311,14 @@ def test_demo_cache_location(monkeypatch, tmp_path: Path) -> None:
         f.write(" ")
     assert demo.demo_key(demo.demo_checkpoints(ck)) != key  # a retrained drafter -> a new cached bundle
     assert os.path.basename(str(demo.cache_root())) == "edge-spec"
+
+
+def test_stats_line_says_how_much_lookup_drafted() -> None:
+    from edge_spec.cli.common import stats_line
+    from edge_spec.runtime.config import Stats
+
+    hybrid = Stats(tokens=10, target_passes=5, drafted=8, accepted=4, lookup_drafted=6, lookup_accepted=3, seconds=1.0)
+    assert "acceptance 50%" in stats_line(hybrid, 100 << 20, True) and "75% of drafts from lookup" in \
+        stats_line(hybrid, 100 << 20, True)
+    model = Stats(tokens=10, target_passes=5, drafted=8, accepted=4, seconds=1.0)
+    assert "lookup" not in stats_line(model, 100 << 20, True)
