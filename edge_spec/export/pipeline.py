@@ -337,11 +337,16 @@ def _build_role(tmp: Path, role: str, ckpt: Source, q: Quant, opts: ExportOption
             graph = own_build.build(ckpt, tmp / role, max_ctx, level, bits, opts.block_size, kept=kept,
                                     mode=opts.gguf_mode, kv_dtype=opts.kv_dtype)
         inexact = [e for e in ckpt.report if not e["exact"]]
+        kept_exact = f"{len(ckpt.report) - len(inexact)}/{len(ckpt.report)} weight tensors carried over exactly"
+        if role == "drafter" and ckpt.kind != "gguf" and inexact:  # quantizing a drafter is the point: one line
+            worst = max(e["max_abs_err"] for e in inexact)
+            say(f"[exact] drafter: {kept_exact}; {len(inexact)} quantized to {q.precision} (max |err| {worst:.3g}; "
+                "drafts need not be exact, the target verifies them)")
+            return graph
         for e in inexact:
             say(f"[exact] {role} {e['name']}: {e['gguf_type']} -> {e['onnx_op']} {e['bits']}-bit block "
                 f"{e['block']}, NOT exact (max |err| {e['max_abs_err']:.3g})")
-        say(f"[exact] {role}: {len(ckpt.report) - len(inexact)}/{len(ckpt.report)} weight tensors carried over "
-            "exactly")
+        say(f"[exact] {role}: {kept_exact}")
         return graph
     if opts.kv_dtype != "float32":
         raise ExportError(f"--kv-dtype fp16 applies to graphs edge-spec builds (GGUF files, distilled drafters), not "
