@@ -1,7 +1,7 @@
 """Where each millisecond of a speculative step goes: drafter, target verify, sampling/acceptance, Python.
 
     python benchmarks/profile_spec.py --bundle BUNDLE [--prompts 4] [--tokens 128] [--threads 2] \
-        [--gammas auto 4] [--temperature 0] [--json OUT.json]
+        [--gammas auto 4] [--temperature 0] [--drafting auto|model|lookup] [--json OUT.json]
 
 Runs ``Engine.stream`` on held-out chat prompts (ids from the bundle's chat format, stop tokens
 ignored so every prompt makes ``--tokens`` tokens) with the engine's own pieces timed by
@@ -226,15 +226,18 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--gammas", nargs="+", default=["auto", "4"], help="'auto' (adaptive policy) or draft lengths")
     ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--drafting", default="auto", choices=("auto", "model", "lookup"),
+                    help="Engine.load(drafting=...): auto = hybrid (drafter + lookup), model = drafter only")
     ap.add_argument("--json", type=Path, help="also write the per-step records here")
     args = ap.parse_args()
     from edge_spec.bundle import read_manifest
 
-    engine = Engine.load(args.bundle, threads=args.threads)
+    engine = Engine.load(args.bundle, threads=args.threads, drafting=args.drafting)
     chat = read_manifest(args.bundle).tokenizer.chat
     prompts = [engine.encode_chat(chat_messages(p)) if chat else engine.tokenizer.encode(p).ids
                for p in CHAT_PROMPTS[:args.prompts]]
-    print(f"{args.prompts} chat prompts x {args.tokens} tokens, {args.threads} threads, T={args.temperature:g}; "
+    print(f"{args.prompts} chat prompts x {args.tokens} tokens, {args.threads} threads, T={args.temperature:g}, "
+          f"drafting={args.drafting}; "
           f"{engine.plan.describe().splitlines()[0]}\n")
     results = {}
     for g in args.gammas:
