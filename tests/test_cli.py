@@ -322,3 +322,5 @@ def test_stats_line_says_how_much_lookup_drafted() -> None:
         stats_line(hybrid, 100 << 20, True)
     model = Stats(tokens=10, target_passes=5, drafted=8, accepted=4, seconds=1.0)
     assert "lookup" not in stats_line(model, 100 << 20, True)
+    only = Stats(tokens=10, target_passes=5, drafted=8, accepted=4, lookup_drafted=8, lookup_accepted=4, seconds=1.0)
+    assert "100% of drafts from lookup" in stats_line(only, 100 << 20, True)

@@ -193,7 +193,7 @@ def stats_line(st: Stats, rss: int, speculative: bool) -> str:
     parts = [f"{st.tokens} tokens", f"{st.tokens_per_second:.1f} tok/s"]
     if speculative and st.drafted:
         parts.append(f"acceptance {st.acceptance_rate:.0%} ({st.mean_accepted_length:.2f} tokens/pass)")
-        if st.lookup_drafted and st.lookup_drafted < st.drafted:  # hybrid drafting: say how much lookup drafted
+        if st.lookup_drafted:  # hybrid drafting (or the lookup rung): say how much came from lookup
             parts.append(f"{st.lookup_drafted / st.drafted:.0%} of drafts from lookup")
     elif speculative:
         parts.append("no drafts this reply")
