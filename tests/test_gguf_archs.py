@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_gguf_export import CHATML, SPECIALS, _vocab, write_header
+from test_gguf_export import _vocab, finish, write_header, write_tokenizer
 
 from edge_spec.bundle import read_manifest
 from edge_spec.errors import ExportError
@@ -51,18 +51,9 @@ def write_arch_gguf(path: Path, arch: str, layers: int, seed: int, extra_tensors
         if rope_linear:  # Gemma 3 4B+: linear scaling of the global layers' rope
             w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
             w.add_rope_scaling_factor(rope_linear)
-    w.add_vocab_size(vocab)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_types([3] * len(SPECIALS) + [1] * (vocab - len(SPECIALS)))
-    w.add_token_merges(merges)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
+    write_tokenizer(w, tokens, merges)
     w.add_pad_token_id(0)  # transformers' Phi-3 default (32000) is past the tiny vocabulary
     w.add_unk_token_id(0)  # transformers' Gemma tokenizer converter needs one
-    w.add_add_bos_token(False)
-    w.add_chat_template(CHATML)
 
     def lin(name: str, n: int, k: int, qtype: Q) -> None:
         w.add_tensor(name, gguf.quants.quantize(rng.normal(0, 0.08, (n, k)).astype(np.float32), qtype),
@@ -98,10 +89,7 @@ def write_arch_gguf(path: Path, arch: str, layers: int, seed: int, extra_tensors
             norm(b + "attn_k_norm.weight", HEAD)
         lin(b + "attn_output.weight", HIDDEN, HEADS * HEAD, Q.Q4_0)
         lin(b + "ffn_down.weight", HIDDEN, FFN, Q.Q8_0)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
     return path
 
 

@@ -76,6 +76,40 @@ def write_header(w: gguf.GGUFWriter, layers: int) -> None:
     w.add_layer_norm_rms_eps(1e-6)
 
 
+def write_tokenizer(w: gguf.GGUFWriter, tokens: list[str], merges: list[str]) -> None:
+    """The byte-level BPE vocabulary, special ids and ChatML template every tiny test GGUF shares."""
+    w.add_vocab_size(len(tokens))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([3] * len(SPECIALS) + [1] * (len(tokens) - len(SPECIALS)))
+    w.add_token_merges(merges)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(False)
+    w.add_chat_template(CHATML)
+
+
+def finish(w: gguf.GGUFWriter) -> None:
+    """Write the header, key-values and tensors, and close the file."""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def assert_greedy_sd_equals_ar(engine, max_new_tokens: int) -> None:
+    """Greedy speculative (draft length 3) == greedy AR of the same engine on three prompts, with drafts made."""
+    cfg = {"max_new_tokens": max_new_tokens, "stop_token_ids": ()}
+    drafted = 0
+    for prompt in ("hello world", "def hello():\n", "what is the capital"):
+        ar = engine.generate(prompt, cfg, speculative=False).token_ids
+        sd = engine.generate(prompt, cfg, draft_length=3)
+        drafted += sd.stats.drafted
+        assert sd.token_ids == ar, prompt
+    assert drafted > 0
+
+
 def write_tiny_gguf(path: Path, arch: str, layers: int, seed: int, embed_seed: int = 0) -> Path:
     """A random ``arch`` (llama | qwen2 | qwen3) decoder as GGUF: tied Q8_0 embedding, Q4_0/Q4_1/Q8_0 linear layers."""
     tokens, merges = _vocab()
@@ -90,16 +124,7 @@ def write_tiny_gguf(path: Path, arch: str, layers: int, seed: int, embed_seed: i
     if arch == "qwen3":  # as llama.cpp's converter writes it
         w.add_key_length(head)
         w.add_value_length(head)
-    w.add_vocab_size(vocab)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_types([3] * len(SPECIALS) + [1] * (vocab - len(SPECIALS)))
-    w.add_token_merges(merges)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(False)
-    w.add_chat_template(CHATML)
+    write_tokenizer(w, tokens, merges)
 
     def lin(name: str, n: int, k: int, qtype: Q, permute_heads: int = 0) -> None:
         m = rng.normal(0, 0.08, (n, k)).astype(np.float32)
@@ -129,10 +154,7 @@ def write_tiny_gguf(path: Path, arch: str, layers: int, seed: int, embed_seed: i
         lin(b + "ffn_gate.weight", FFN, HIDDEN, Q.Q4_1)
         lin(b + "ffn_up.weight", FFN, HIDDEN, Q.Q4_0)
         lin(b + "ffn_down.weight", HIDDEN, FFN, Q.Q8_0)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
     return path
 
 
@@ -225,15 +247,7 @@ def test_gguf_bundle_greedy_speculative_equals_ar(gguf_bundle: tuple[str, Path, 
     from edge_spec.runtime.engine import Engine
 
     _, _, out = gguf_bundle
-    engine = Engine.load(out, max_context=128)
-    cfg = {"max_new_tokens": 24, "stop_token_ids": ()}
-    drafted = 0
-    for prompt in ("hello world", "def hello():\n", "what is the capital"):
-        ar = engine.generate(prompt, cfg, speculative=False).token_ids
-        sd = engine.generate(prompt, cfg, draft_length=3)
-        drafted += sd.stats.drafted
-        assert sd.token_ids == ar, prompt
-    assert drafted > 0
+    assert_greedy_sd_equals_ar(Engine.load(out, max_context=128), 24)
 
 
 def test_gguf_errors_are_one_sentence(tmp_path: Path) -> None:

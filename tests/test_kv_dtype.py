@@ -19,7 +19,7 @@ import pytest
 
 from edge_spec.bundle import Quantization, read_manifest
 from edge_spec.export.pipeline import ExportOptions, Quant, export_bundle
-from tests.test_gguf_export import write_tiny_gguf
+from tests.test_gguf_export import assert_greedy_sd_equals_ar, write_tiny_gguf
 
 pytestmark = pytest.mark.slow
 
@@ -77,14 +77,7 @@ def test_fp16_kv_follows_fp32_and_speculative_equals_plain(pair: dict[str, Path]
     a = np.array(e32.target.forward(ids))
     b = np.array(e16.target.forward(ids))
     assert 0 < np.abs(a - b).max() < 1e-2 * max(1.0, np.abs(a).max())  # fp16 rounding of K/V, nothing more
-    cfg = {"max_new_tokens": 32, "stop_token_ids": ()}
-    drafted = 0
-    for prompt in ("hello world", "def hello():\n", "what is the capital"):
-        ar = e16.generate(prompt, cfg, speculative=False).token_ids
-        sd = e16.generate(prompt, cfg, draft_length=3)
-        drafted += sd.stats.drafted
-        assert sd.token_ids == ar, prompt
-    assert drafted > 0
+    assert_greedy_sd_equals_ar(e16, 32)
 
 
 def test_context_is_sized_for_the_request(pair: dict[str, Path]) -> None:
