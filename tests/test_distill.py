@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -187,3 +188,47 @@ def test_time_budget_sets_the_step_count(tiny_target, tmp_path):
                    lines.append)
     assert any(" s/step -> " in m for m in lines)
     assert result["steps"] >= 4 and result["history"][-1]["step"] == result["steps"]
+
+
+def _eagle(target: Path, out: Path, steps: int = 4, **kw) -> DistillConfig:
+    from edge_spec.distill.eagle_train import EagleTrainConfig
+
+    return replace(_config(target, out, steps), kind="eagle3",
+                   eagle=EagleTrainConfig(steps=steps, batch_seqs=4, eval_every=2, draft_vocab=300, max_len=48,
+                                          eval_batch=4, **kw))
+
+
+def test_eagle3_head_is_deterministic_resumable_and_in_the_published_layout(tiny_target, tmp_path):
+    from edge_spec.distill.eagle import load_head, read_head
+
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    distill(_eagle(tiny_target, full, checkpoint_seconds=0.0), _quiet)
+    again = tmp_path / "again"
+    distill(_eagle(tiny_target, again), _quiet)
+    wf, wa = _weights(full), _weights(again)
+    assert wf.keys() == wa.keys() and all(torch.equal(wf[k], wa[k]) for k in wf)
+
+    def stop_after_step_2(msg: str) -> None:
+        if msg.startswith("train: step 2 "):  # logged after step 2's evaluation, before its checkpoint
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        distill(_eagle(tiny_target, cut, checkpoint_seconds=0.0), stop_after_step_2)
+    assert not (cut / "model.safetensors").exists()
+    resumed: list[str] = []
+    distill(_eagle(tiny_target, cut, checkpoint_seconds=0.0), resumed.append)
+    assert any(m.startswith("train: resumed at step 1 ") for m in resumed)
+    wc = _weights(cut)
+    assert all(torch.equal(wf[k], wc[k]) for k in wf)
+
+    cfg, tensors, raw = read_head(full)
+    assert raw["architectures"] == ["LlamaForCausalLMEagle3"] and cfg.aux_layers == (2, 2, 4)
+    assert raw["edge_spec_drafter"]["target_sha256"] == file_sha256(tiny_target)
+    assert "embed_tokens.weight" not in tensors and tensors["fc.weight"].shape == (64, 3 * 64)
+    head = load_head(full)
+    assert head.c.draft_vocab == 300 and int(head.t2d.sum()) == 300
+    report = json.loads((full / "training.json").read_text())
+    assert report["kind"] == "eagle3" and report["train"]["steps"] == 4
+    assert report["train"]["history"][0]["step"] == 0 and len(report["train"]["final"]["greedy"]) == 4
+    with pytest.raises(EdgeSpecError, match="other settings"):
+        distill(replace(_eagle(tiny_target, full), aux_layers=(1, 2, 3)), _quiet)

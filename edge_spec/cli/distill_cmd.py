@@ -39,7 +39,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--prompts", type=Path, metavar="FILE", help="extra user prompts, one per line")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--layers", type=_positive(int), default=2, metavar="N", help="drafter layers (default 2)")
+    p.add_argument("--kind", choices=("layers", "eagle3"), default="layers",
+                   help="layers: N of the target's own layers (a small model); eagle3: one layer that reads the "
+                        "target's hidden states (EAGLE-3 layout; export it with the GGUF target it was trained on)")
+    p.add_argument("--layers", type=_positive(int), default=2, metavar="N",
+                   help="--kind layers: drafter layers (default 2)")
+    p.add_argument("--aux-layers", type=int, nargs=3, metavar=("LOW", "MID", "HIGH"),
+                   help="--kind eagle3: the residual streams it reads, as inputs of target layers (0 = embeddings, "
+                        "L = the last layer's output; default 2, L/2, L)")
     p.add_argument("--steps", type=_positive(int), metavar="N", help="exact training steps (reproducible)")
     p.add_argument("--data-jobs", type=_positive(int), metavar="N", help="exact number of generation batches")
     p.add_argument("--batch", type=_positive(int), default=64, metavar="N", help="generation batch (default 64)")
@@ -56,15 +63,18 @@ def run(args: argparse.Namespace) -> int:
 
     from edge_spec.distill import DistillConfig, distill
     from edge_spec.distill.data import DataConfig
+    from edge_spec.distill.eagle_train import EagleTrainConfig
     from edge_spec.distill.train import TrainConfig
 
     if args.minutes is None and (args.steps is None or args.data_jobs is None):
         args.minutes = 60.0  # a budget the user can see in --help beats an unbounded run
     cfg = DistillConfig(target=args.target, out=args.out, minutes=args.minutes, prompts_file=args.prompts,
-                        device=args.device, seed=args.seed, layers=args.layers, threads=args.threads,
+                        device=args.device, seed=args.seed, kind=args.kind, layers=args.layers,
+                        aux_layers=tuple(args.aux_layers) if args.aux_layers else None, threads=args.threads,
                         data_only=args.data_only, command="edge-spec " + shlex.join(sys.argv[1:]),
                         data=dataclasses.replace(DataConfig(), batch=args.batch, max_jobs=args.data_jobs),
-                        train=dataclasses.replace(TrainConfig(), steps=args.steps))
+                        train=dataclasses.replace(TrainConfig(), steps=args.steps),
+                        eagle=dataclasses.replace(EagleTrainConfig(), steps=args.steps))
 
     def log(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)

@@ -56,3 +56,50 @@ def render_card(report: dict, command: str | None = None) -> str:
     if command:
         lines += ["", "## Reproduce", "", "```bash", command, "```"]
     return "\n".join(lines) + "\n"
+
+
+def render_eagle_card(report: dict, command: str | None = None) -> str:
+    """Markdown model card of an EAGLE-3 head from its ``training.json`` report."""
+    t, d, data, tr = report["target"], report["drafter"], report["data"], report["train"]
+    final, first = tr["final"], tr["history"][0]
+    depths = len(final["greedy"])
+    head = " | ".join(f"depth {i + 1}" for i in range(depths))
+    lines = [
+        "# EAGLE-3 head (edge-spec distill --kind eagle3)",
+        "",
+        f"A feature drafter for `{t['path']}` (sha256 `{t['sha256']}`): one decoder layer that reads the target's "
+        f"residual stream entering layers {d['aux_layers']} (vLLM's aux-layer ids; {t['layers']} = the last layer's "
+        "output) and the target's own embedding (not stored here), and predicts over a draft vocabulary of "
+        f"{d['draft_vocab']:,} tokens ({_pct(d['draft_vocab_coverage'])} of held-out answer tokens). Published "
+        "EAGLE-3 layout (config.json + model.safetensors with fc / midlayer / norm / lm_head / d2t / t2d).",
+        "",
+        f"* Stored parameters: {d['params_stored']:,} (fp16, {2 * d['params_stored'] / 2**20:.1f} MiB).",
+        f"* Data: {data['train_tokens']:,} answer tokens written by the target for {data['train_sequences']:,} "
+        f"prompts, {data['generation_seconds'] / 60:.1f} min of generation; held out: {data['heldout_sequences']} "
+        f"prompts, {data['heldout_tokens']:,} tokens. Features recomputed in {report['features_seconds'] / 60:.1f} "
+        "min (teacher-forced passes).",
+        f"* Training: {tr['steps']} steps of {tr['config']['batch_seqs']} sequences, training-time test over "
+        f"{tr['config']['depth']} draft steps, top-k forward KL, lr {tr['config']['lr']}, {tr['seconds'] / 60:.1f} min "
+        f"on {report['device']} ({report['threads']} thread(s)), seed {report['seed']}, torch {report['torch']}.",
+        "",
+        "## Held-out acceptance (torch, fp16 head against the fp32 target; each depth given the earlier drafts right)",
+        "",
+        f"| | {head} |",
+        "|---|" + "---|" * depths,
+        f"| greedy, before training ({first['greedy_positions']:,} positions) | "
+        + " | ".join(f"{x:.3f}" for x in first["greedy"]) + " |",
+        "| greedy, after training | " + " | ".join(f"**{x:.3f}**" for x in final["greedy"]) + " |",
+        f"| T=0.7 E[Σ min(p,q)] before ({first['t07_positions']:,} positions) | "
+        + " | ".join(f"{x:.3f}" for x in first["t07"]) + " |",
+        "| T=0.7 after training | " + " | ".join(f"**{x:.3f}**" for x in final["t07"]) + " |",
+        "",
+        "## Training curve (held-out, depth 1 / 2 / 3)",
+        "",
+        "| step | greedy | T=0.7 |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {h['step']} | {' / '.join(f'{x:.3f}' for x in h['greedy'][:3])} | "
+              f"{' / '.join(f'{x:.3f}' for x in h['t07'][:3])} |" for h in tr["history"]]
+    if command:
+        lines += ["", "## Reproduce", "", "```bash", command, "```"]
+    return "\n".join(lines) + "\n"

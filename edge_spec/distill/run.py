@@ -13,6 +13,8 @@ import torch
 from edge_spec.distill.card import render_card
 from edge_spec.distill.data import DataConfig, generate_data, generate_eval, load_sequences, shard_seconds
 from edge_spec.distill.drafter import build_drafter, save_drafter, spread_layers
+from edge_spec.distill.eagle_run import train_eagle
+from edge_spec.distill.eagle_train import EagleTrainConfig
 from edge_spec.distill.prompts import read_prompt_file
 from edge_spec.distill.target import load_target
 from edge_spec.distill.train import TrainConfig, train
@@ -30,13 +32,16 @@ class DistillConfig:
     prompts_file: Path | None = None
     device: str = "cpu"
     seed: int = 0
+    kind: str = "layers"  # "layers": N of the target's layers | "eagle3": one layer on the target's features
     layers: int = 2
+    aux_layers: tuple[int, ...] | None = None  # eagle3: which residual streams it reads (default 2, L/2, L)
     layers_from: tuple[int, ...] | None = None  # target layers to start from; default: evenly spaced
     threads: int | None = None
     data_only: bool = False
     command: str | None = None  # how this run was started, for the model card
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    eagle: EagleTrainConfig = field(default_factory=EagleTrainConfig)
 
 
 def check_device(device: str) -> str:
@@ -49,17 +54,18 @@ def check_device(device: str) -> str:
     return device
 
 
-def _check_out(out: Path, meta: dict) -> None:
-    """A DRAFTER_DIR is bound to one target and data config: resuming with others would mix two runs."""
-    marker = out / "distill.json"
+def check_marker(marker: Path, meta: dict, out: Path) -> None:
+    """A DRAFTER_DIR is bound to one target and data config (``distill.json``), and each kind of drafter
+    trained in it to one shape (its checkpoint directory's ``train.json``): resuming with others would mix
+    two runs. Keys a marker has that ``meta`` lacks are not compared (a data-only run, a newer field)."""
     if marker.exists():
         old = json.loads(marker.read_text())
-        if old != meta:
-            diff = sorted(k for k in meta if old.get(k) != meta[k])
+        diff = sorted(k for k in meta if old.get(k, meta[k]) != meta[k])
+        if diff:
             raise EdgeSpecError(f"'{out}' holds a distill run with other settings ({', '.join(diff)}); pass a new "
                                 "--out directory or delete this one.")
     else:
-        out.mkdir(parents=True, exist_ok=True)
+        marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(json.dumps(meta, indent=2) + "\n")
 
 
@@ -73,18 +79,22 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
     if cfg.prompts_file is not None:
         data_cfg = replace(data_cfg, extra_prompts=tuple(read_prompt_file(Path(cfg.prompts_file))))
     log(f"target: loading {cfg.target}")
+    if cfg.kind not in ("layers", "eagle3"):
+        raise EdgeSpecError(f"--kind '{cfg.kind}' is not known; use layers or eagle3.")
     target = load_target(cfg.target, device)
     n_target = target.model.config.num_hidden_layers
     layers_from = list(cfg.layers_from) if cfg.layers_from else spread_layers(n_target, cfg.layers)
     if any(not 0 <= i < n_target for i in layers_from):
         raise EdgeSpecError(f"layers_from {layers_from} names a layer the target lacks; use 0 to {n_target - 1}.")
-    meta = {"target_sha256": target.sha256, "seed": cfg.seed, "layers_from": layers_from,
+    meta = {"target_sha256": target.sha256, "seed": cfg.seed,
             "data": {k: v for k, v in asdict(data_cfg).items()
                      if k not in ("extra_prompts", "max_jobs", "eval_prompts")},  # these do not change the shards
             "extra_prompts": len(data_cfg.extra_prompts)}
-    _check_out(cfg.out, meta)
-    log(f"target: {n_target} layers, hidden {target.model.config.hidden_size}, sha256 {target.sha256[:16]}; "
-        f"drafter from layers {layers_from}")
+    check_marker(cfg.out / "distill.json", meta, cfg.out)
+    if cfg.kind == "layers" and not cfg.data_only:
+        check_marker(cfg.out / "checkpoint" / "train.json", {"layers_from": layers_from}, cfg.out)
+    what = f"drafter from layers {layers_from}" if cfg.kind == "layers" else "an EAGLE-3 head"
+    log(f"target: {n_target} layers, hidden {target.model.config.hidden_size}, sha256 {target.sha256[:16]}; {what}")
 
     data_budget = cfg.minutes * 60 * cfg.data_share if cfg.minutes else None
     shards = generate_data(target, data_cfg, cfg.out / "data", data_budget, log)
@@ -102,6 +112,8 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
 
     # Generation time counts across resumed runs (it is stored with the shards); loading does not.
     train_budget = max(60.0, cfg.minutes * 60 - data_seconds) if cfg.minutes else None
+    if cfg.kind == "eagle3":
+        return train_eagle(cfg, target, train_seqs, held_seqs, data_stats, train_budget, log)
     drafter = build_drafter(target.model, layers_from)
     result = train(drafter, train_seqs, held_seqs, replace(cfg.train, seed=cfg.seed), cfg.out / "checkpoint",
                    train_budget, log)

@@ -1,0 +1,99 @@
+"""``edge-spec distill --kind eagle3``: features, vocabulary, head initialisation, training, the saved head."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from edge_spec.distill.data import Sequence
+from edge_spec.distill.eagle import save_head
+from edge_spec.distill.eagle_train import (
+    aux_scale,
+    choose_vocab,
+    extract_features,
+    fold_scale,
+    head_config,
+    init_head,
+    train_head,
+)
+from edge_spec.errors import EdgeSpecError
+
+if TYPE_CHECKING:
+    from edge_spec.distill.run import DistillConfig
+    from edge_spec.distill.target import Target
+
+
+def our_aux_layers(n_layers: int) -> tuple[int, int, int]:
+    """The residual streams our heads read: low (entering layer 2), middle, and the last layer's output.
+
+    EAGLE-3's published default stops at L - 3; on SmolLM2 a probe fed 2 / 15 / the last output and beat the last
+    output alone (GUIDE, "Feature drafter probe")."""
+    return (min(2, n_layers), n_layers // 2, n_layers)
+
+
+def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], held_seqs: list[Sequence],
+                data_stats: dict, seconds: float | None, log: Callable[[str], None] = print) -> dict:
+    """Train (or resume) an EAGLE-3 head in ``cfg.out`` and save it in the published layout; return the report."""
+    from edge_spec.distill.card import render_eagle_card
+    from edge_spec.distill.run import check_marker
+
+    t_start = time.time()
+    model = target.model
+    n = model.config.num_hidden_layers
+    aux = tuple(cfg.aux_layers) if cfg.aux_layers else our_aux_layers(n)
+    if any(not 0 <= j <= n for j in aux):
+        raise EdgeSpecError(f"--aux-layers {list(aux)} names a layer the target lacks; use 0 (the embeddings) to {n} "
+                            "(the last layer's output).")
+    ecfg = dataclasses.replace(cfg.eagle, seed=cfg.seed)
+    ckpt = cfg.out / "checkpoint-eagle3"
+    check_marker(ckpt / "train.json", {"aux_layers": list(aux), "draft_vocab": ecfg.draft_vocab,
+                                       "max_len": ecfg.max_len, "depth": ecfg.depth}, cfg.out)
+    store = extract_features(model, train_seqs + held_seqs, aux, cfg.out / "features", ecfg.max_len, log)
+    scale = aux_scale(store, len(aux), seed=cfg.seed)
+    kept = choose_vocab(train_seqs, model.config.vocab_size, ecfg.draft_vocab, target.stop_ids)
+    covered = _coverage(held_seqs, kept)
+    log(f"draft vocabulary: {len(kept):,} of {model.config.vocab_size:,} target tokens, covering {covered:.3%} of "
+        "held-out answer tokens")
+    head = init_head(model, head_config(model, aux, len(kept)), kept, scale)
+    feature_seconds = time.time() - t_start
+    budget = None if seconds is None else max(60.0, seconds - feature_seconds)
+    result = train_head(head, model.model.embed_tokens, train_seqs, held_seqs, store, scale, ecfg, ckpt, budget, log)
+    fold_scale(head, scale)
+    report = {
+        "kind": "eagle3",
+        "target": {"path": str(cfg.target), "sha256": target.sha256, "layers": n,
+                   "hidden_size": model.config.hidden_size},
+        "drafter": {"aux_layers": list(aux), "draft_vocab": len(kept), "draft_vocab_coverage": round(covered, 4),
+                    "params_stored": sum(p.numel() for p in head.parameters())},
+        "data": data_stats,
+        "features_seconds": round(feature_seconds, 1),
+        "train": result,
+        "seed": cfg.seed, "device": cfg.device, "torch": torch.__version__, "python": platform.python_version(),
+        "threads": torch.get_num_threads(),
+    }
+    save_head(head, cfg.out, extra={"edge_spec_drafter": {
+        "kind": "eagle3", "target_sha256": target.sha256, "target_layers": n, "seed": cfg.seed,
+        "heldout": result["final"]}})
+    (cfg.out / "training.json").write_text(json.dumps(report, indent=2) + "\n")
+    (cfg.out / "MODEL_CARD.md").write_text(render_eagle_card(report, cfg.command))
+    fin = result["final"]
+    log(f"saved EAGLE-3 head to {cfg.out} (held-out acceptance by depth: greedy {fin['greedy']}, T=0.7 {fin['t07']})")
+    return report
+
+
+def _coverage(seqs: list[Sequence], kept: np.ndarray) -> float:
+    inside = np.zeros(int(kept.max()) + 1, bool)
+    inside[kept] = True
+    tot = hit = 0
+    for s in seqs:
+        a = np.asarray(s.ids[s.prompt_len:], np.int64)
+        tot += len(a)
+        hit += int(inside[a[a < len(inside)]].sum())
+    return hit / max(tot, 1)

@@ -1,0 +1,398 @@
+"""Train an EAGLE-3 head for a target on two CPU cores: features recomputed once, training-time test, soft CE.
+
+Data are the target's own answers (``data.py`` shards: token ids + the teacher's top-k logits at every answer
+position). The target's aux features are *recomputed* by one teacher-forced pass (no LM head) instead of being
+generated with the text and stored — forward passes are 2.5x faster than generation and the ids stay the durable
+asset — and kept for the run in a float16 memory map (``features.f16``, 2 * 3T bytes per position).
+
+Loss: at every answer position and every draft depth d = 1..depth, the forward KL from the teacher's top-k
+distribution (renormalised over the draft vocabulary) to the head's softmax, weighted 0.8^(d-1) (EAGLE-3). Depth d
+runs exactly as the runtime's d-th draft step (``Eagle3Head.forward_chain``).
+
+Held-out (the target's T=0 and T=0.7 answers to evaluation prompts), printed as it trains:
+* greedy acceptance at depth d = P(argmax q_d == argmax p) given the d - 1 earlier drafts were right;
+* T=0.7 acceptance at depth d = E[sum_x min(p_0.7(x), q_0.7(x))] over the teacher's top-k (a lower bound).
+
+Deterministic for a seed on one machine and thread count; checkpointed every few minutes and resumable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from edge_spec.distill.data import EVAL_TEMPERATURE, Sequence
+from edge_spec.distill.eagle import Eagle3Config, Eagle3Head
+
+
+@dataclass(frozen=True)
+class EagleTrainConfig:
+    """Training settings; ``steps`` fixes the step count (reproducible), else the time budget sets it."""
+
+    seed: int = 0
+    steps: int | None = None
+    batch_seqs: int = 8
+    max_len: int = 320
+    lr: float = 5e-4
+    warmup: int = 20
+    depth: int = 3  # training-time-test steps (the draft depths the runtime will use most)
+    depth_decay: float = 0.8
+    draft_vocab: int = 8192
+    eval_every: int = 100
+    eval_depth: int = 4
+    checkpoint_seconds: float = 300.0
+    eval_batch: int = 16
+
+
+# ---------------------------------------------------------------------------------------------- features
+class FeatureStore:
+    """Aux features of every position of every sequence: float16 [positions, 3T] in a memory map."""
+
+    def __init__(self, path: Path, offsets: np.ndarray, dim: int) -> None:
+        self.offsets = offsets  # [n + 1] row offset of each sequence
+        self.data = np.memmap(path, dtype=np.float16, mode="r", shape=(int(offsets[-1]), dim))
+
+    def get(self, i: int, n: int) -> np.ndarray:
+        """[min(n, len), 3T] features of sequence i."""
+        a = int(self.offsets[i])
+        return self.data[a:min(a + n, int(self.offsets[i + 1]))]
+
+
+def _aux_hooks(model: torch.nn.Module, aux: tuple[int, ...], store: dict[int, torch.Tensor]) -> list:
+    """Hooks that put the residual stream entering layer j (j = 0: the embeddings) into ``store[j]``."""
+    handles = []
+    for j in aux:
+        mod = model.model.embed_tokens if j == 0 else model.model.layers[j - 1]
+
+        def hook(_m, _inp, out, j=j):
+            store[j] = out[0] if isinstance(out, tuple) else out
+        handles.append(mod.register_forward_hook(hook))
+    return handles
+
+
+@torch.no_grad()
+def extract_features(model: torch.nn.Module, seqs: list[Sequence], aux: tuple[int, ...], out_dir: Path,
+                     max_len: int, log: Callable[[str], None] = print, batch_tokens: int = 4096) -> FeatureStore:
+    """Teacher-forced passes over ``seqs`` (first ``max_len`` ids each); the aux features of every position.
+
+    Cached in ``out_dir`` under a key of (sequences, aux layers, max_len); written to a temporary file and
+    renamed, so an interrupted extraction starts again rather than leaving a half-written store."""
+    lens = np.array([min(len(s.ids), max_len) for s in seqs], np.int64)
+    key = hashlib.sha256()
+    for s in seqs:
+        key.update(np.asarray(s.ids[:max_len], np.int32).tobytes())
+    key.update(repr((aux, max_len)).encode())
+    tag = key.hexdigest()[:16]
+    path = out_dir / f"features_{tag}.f16"
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    dim = model.config.hidden_size * len(aux)
+    if path.exists():
+        return FeatureStore(path, offsets, dim)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("features_*.f16"):  # one store per run directory: the data changed
+        old.unlink()
+    tmp = path.with_suffix(".tmp")
+    mm = np.memmap(tmp, dtype=np.float16, mode="w+", shape=(int(offsets[-1]), dim))
+    order = np.argsort(-lens, kind="stable")
+    store: dict[int, torch.Tensor] = {}
+    handles = _aux_hooks(model, aux, store)
+    t0, done = time.time(), 0
+    dev = next(model.parameters()).device
+    try:
+        i = 0
+        while i < len(order):
+            width = int(lens[order[i]])
+            b = max(1, batch_tokens // width)
+            idx = order[i:i + b]
+            ids = torch.zeros(len(idx), width, dtype=torch.int64)
+            mask = torch.zeros(len(idx), width, dtype=torch.int64)
+            for r, s in enumerate(idx):
+                ids[r, :lens[s]] = torch.from_numpy(np.asarray(seqs[s].ids[:lens[s]], np.int64))
+                mask[r, :lens[s]] = 1
+            model.model(input_ids=ids.to(dev), attention_mask=mask.to(dev), use_cache=False)
+            feats = torch.cat([store[j] for j in aux], -1).to(torch.float16).cpu().numpy()
+            for r, s in enumerate(idx):
+                mm[offsets[s]:offsets[s + 1]] = feats[r, :lens[s]]
+            i += b
+            done += int(lens[idx].sum())
+            if time.time() - t0 > 30 or i >= len(order):
+                log(f"features: {done:,}/{int(offsets[-1]):,} positions, {done / (time.time() - t0):,.0f} pos/s")
+    finally:
+        for h in handles:
+            h.remove()
+    mm.flush()
+    del mm
+    os.replace(tmp, path)
+    return FeatureStore(path, offsets, dim)
+
+
+def aux_scale(store: FeatureStore, n_aux: int, rows: int = 20000, seed: int = 0) -> np.ndarray:
+    """[3T] per-feature multiplier that brings each aux layer to RMS 1 (the last layer's RMS is ~30 with some
+    dimensions near 900 against ~0.1 for early layers); folded into ``fc`` when the head is saved."""
+    rng = np.random.default_rng(seed)
+    sample = store.data[np.sort(rng.choice(store.data.shape[0], min(rows, store.data.shape[0]), replace=False))]
+    x = sample.astype(np.float32).reshape(len(sample), n_aux, -1)
+    rms = np.sqrt((x ** 2).mean(axis=(0, 2))) + 1e-6  # [n_aux]
+    return np.repeat(1.0 / rms, x.shape[2]).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------- vocabulary, init
+def choose_vocab(seqs: list[Sequence], vocab: int, size: int, always: tuple[int, ...] = ()) -> np.ndarray:
+    """The ``size`` target ids the target writes most in ``seqs``' answers (plus ``always``), ascending."""
+    counts = np.zeros(vocab, np.int64)
+    for s in seqs:
+        np.add.at(counts, np.asarray(s.ids[s.prompt_len:], np.int64), 1)
+    counts[list(always)] = counts.max() + 1
+    size = min(size, vocab)
+    kept = np.argsort(-counts, kind="stable")[:size]
+    return np.sort(kept)
+
+
+def head_config(model: torch.nn.Module, aux: tuple[int, ...], draft_vocab: int) -> Eagle3Config:
+    """An EAGLE-3 head shaped like one of the target's layers (it can start from them)."""
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return Eagle3Config(hidden=c.hidden_size, target_hidden=c.hidden_size, heads=c.num_attention_heads,
+                        kv_heads=c.num_key_value_heads, head_dim=head_dim, intermediate=c.intermediate_size,
+                        rms_eps=float(c.rms_norm_eps), rope_theta=float(getattr(c, "rope_theta", None) or
+                                                                          (c.rope_parameters or {}).get(
+                                                                              "rope_theta", 10000.0)),
+                        vocab=c.vocab_size, draft_vocab=draft_vocab, aux_layers=tuple(aux),
+                        max_position=int(getattr(c, "max_position_embeddings", 4096)))
+
+
+@torch.no_grad()
+def init_head(model: torch.nn.Module, cfg: Eagle3Config, kept: np.ndarray, scale: np.ndarray) -> Eagle3Head:
+    """A head that starts from the target: attention reads the embedding like layer 0 and the hidden state like the
+    last layer; MLP, norms and LM head (rows of the draft vocabulary) are the target's; ``fc`` passes the last aux
+    feature through unchanged."""
+    head = Eagle3Head(cfg)
+    head.set_vocab(torch.from_numpy(kept))
+    layers = model.model.layers
+    first, last = layers[0], layers[-1]
+    att, m = head.midlayer.self_attn, head.midlayer
+    h = cfg.hidden
+    for name in ("q_proj", "k_proj", "v_proj"):
+        w = getattr(att, name).weight
+        w[:, :h] = getattr(first.self_attn, name).weight
+        w[:, h:] = getattr(last.self_attn, name).weight
+    att.o_proj.weight.copy_(last.self_attn.o_proj.weight)
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        getattr(m.mlp, name).weight.copy_(getattr(last.mlp, name).weight)
+    m.input_layernorm.weight.copy_(first.input_layernorm.weight)
+    m.hidden_norm.weight.copy_(last.input_layernorm.weight)
+    m.post_attention_layernorm.weight.copy_(last.post_attention_layernorm.weight)
+    head.norm.weight.copy_(model.model.norm.weight)
+    head.lm_head.weight.copy_(model.lm_head.weight[torch.from_numpy(kept)])
+    fc = torch.zeros(cfg.hidden, cfg.feature_dim)
+    t = cfg.target_hidden
+    fc[:, -t:] = torch.diag(torch.from_numpy(1.0 / scale[-t:]))  # fc(x * scale) = the last aux feature
+    head.fc.weight.copy_(fc)
+    return head
+
+
+# ---------------------------------------------------------------------------------------------- batches
+def _batch(seqs: list[Sequence], idx: np.ndarray, store: FeatureStore, t2d: np.ndarray, max_len: int,
+           embed: torch.nn.Module, scale: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Drafter rows q = 0..S-2 of each sequence: next-token embeddings, scaled features, teacher rows.
+
+    The head's output at q predicts ids[q + 2], whose teacher row is answer row r = q + 2 - prompt_len."""
+    n = [min(len(seqs[i].ids), max_len) for i in idx]
+    s = max(n) - 1
+    b = len(idx)
+    k = seqs[idx[0]].topk_ids.shape[1]
+    ids = np.zeros((b, s), np.int64)
+    feats = np.zeros((b, s, store.data.shape[1]), np.float32)
+    t_ids = np.zeros((b, s, k), np.int64)
+    t_logits = np.zeros((b, s, k), np.float32)  # rows outside the answers are masked
+    lse = np.zeros((b, s), np.float32)
+    valid = np.zeros((b, s), bool)
+    temp = np.zeros(b, np.float32)
+    for r, i in enumerate(idx):
+        seq, m = seqs[i], n[r] - 1
+        ids[r, :m] = seq.ids[1:m + 1]
+        feats[r, :m] = store.get(i, m)
+        temp[r] = seq.temp
+        q0 = max(seq.prompt_len - 2, 0)  # first q whose target x_{q+2} is an answer token
+        q1 = min(m, seq.prompt_len - 2 + len(seq.topk_ids))
+        if q1 > q0:
+            rows = np.arange(q0, q1) + 2 - seq.prompt_len
+            t_ids[r, q0:q1] = seq.topk_ids[rows]
+            t_logits[r, q0:q1] = seq.topk_logits[rows].astype(np.float32)
+            lse[r, q0:q1] = seq.lse[rows, 1]
+            valid[r, q0:q1] = True
+    d_ids = t2d[t_ids]  # [b, s, k] draft ids, -1 outside the draft vocabulary
+    with torch.no_grad():
+        e = embed(torch.from_numpy(ids))
+    return {"e": e, "f": torch.from_numpy(feats) * scale, "t_ids": torch.from_numpy(t_ids),
+            "d_ids": torch.from_numpy(d_ids), "t_logits": torch.from_numpy(t_logits), "lse": torch.from_numpy(lse),
+            "valid": torch.from_numpy(valid), "temp": torch.from_numpy(temp)}
+
+
+def _loss(head: Eagle3Head, outs: list, batch: dict[str, torch.Tensor], decay: float) -> torch.Tensor:
+    """Sum over depths of decay^d * mean forward KL (teacher top-k restricted to the draft vocabulary).
+
+    The LM head (half of a step's work) runs on the answer rows only: prompt rows are context."""
+    p = torch.softmax(batch["t_logits"], -1)
+    inside = batch["d_ids"] >= 0
+    p = p * inside
+    p = p / p.sum(-1, keepdim=True).clamp_min(1e-9)
+    gather = batch["d_ids"].clamp_min(0)
+    total = torch.zeros(())
+    for d, (h, _) in enumerate(outs):
+        mask = batch["valid"].clone()
+        mask[:, :d] = False
+        logq = F.log_softmax(head.logits(h[mask]).float(), -1).gather(-1, gather[mask])  # [rows, k]
+        ce = -(p[mask] * logq).sum(-1)
+        total = total + decay ** d * ce.sum() / mask.sum().clamp_min(1)
+    return total
+
+
+@torch.no_grad()
+def evaluate(head: Eagle3Head, embed: torch.nn.Module, held: list[Sequence], store: FeatureStore, base: int,
+             t2d: np.ndarray, scale: torch.Tensor, cfg: EagleTrainConfig) -> dict[str, list[float] | int]:
+    """Held-out greedy and T=0.7 acceptance at depths 1..eval_depth (see the module docstring)."""
+    head.eval()
+    d2t = head.draft_to_target
+    hit = np.zeros(cfg.eval_depth)
+    hit_n = np.zeros(cfg.eval_depth)
+    acc = np.zeros(cfg.eval_depth)
+    acc_n = np.zeros(cfg.eval_depth)
+    for i in range(0, len(held), cfg.eval_batch):
+        idx = np.arange(i, min(i + cfg.eval_batch, len(held)))
+        batch = _batch(held, idx, _Offset(store, base), t2d, cfg.max_len, embed, scale)
+        outs = head.forward_chain(batch["e"], batch["f"], cfg.eval_depth)
+        greedy = (batch["temp"] == 0)[:, None]
+        warm = (batch["temp"] == EVAL_TEMPERATURE)[:, None]
+        p07 = torch.exp(batch["t_logits"] / EVAL_TEMPERATURE - batch["lse"][..., None])  # [b, s, k]
+        for d, (_, logits) in enumerate(outs):
+            mask = batch["valid"].clone()
+            mask[:, :d] = False
+            top = d2t[logits.argmax(-1)] == batch["t_ids"][..., 0]
+            hit[d] += float((top & mask & greedy).sum())
+            hit_n[d] += float((mask & greedy).sum())
+            q07 = torch.softmax(logits.float() / EVAL_TEMPERATURE, -1).gather(-1, batch["d_ids"].clamp_min(0))
+            q07 = q07 * (batch["d_ids"] >= 0)
+            a = torch.minimum(p07, q07).sum(-1)
+            acc[d] += float(torch.where(mask & warm, a, 0.0).sum())
+            acc_n[d] += float((mask & warm).sum())
+    head.train()
+    return {"greedy": [round(float(x), 4) for x in hit / np.maximum(hit_n, 1)],
+            "t07": [round(float(x), 4) for x in acc / np.maximum(acc_n, 1)],
+            "greedy_positions": int(hit_n[0]), "t07_positions": int(acc_n[0])}
+
+
+class _Offset:
+    """A FeatureStore view whose sequence i is the store's sequence base + i (held-out rows follow training)."""
+
+    def __init__(self, store: FeatureStore, base: int) -> None:
+        self.store, self.base, self.data = store, base, store.data
+
+    def get(self, i: int, n: int) -> np.ndarray:
+        return self.store.get(self.base + i, n)
+
+
+# ---------------------------------------------------------------------------------------------- the loop
+def _lr(cfg: EagleTrainConfig, step: int, planned: int) -> float:
+    warm = min(1.0, (step + 1) / cfg.warmup)
+    return cfg.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(step / max(planned, 1), 1.0))))
+
+
+def train_head(head: Eagle3Head, embed: torch.nn.Module, train: list[Sequence], held: list[Sequence],
+               store: FeatureStore, scale: np.ndarray, cfg: EagleTrainConfig, ckpt_dir: Path, seconds: float | None,
+               log: Callable[[str], None] = print) -> dict:
+    """Train in place until ``cfg.steps`` (or ``seconds``); resume from ``ckpt_dir``; returns the report.
+
+    ``store`` holds the training sequences' features first, then the held-out ones'."""
+    t2d = np.full(head.c.vocab, -1, np.int64)
+    t2d[head.draft_to_target.numpy()] = np.arange(head.c.draft_vocab)
+    sc = torch.from_numpy(scale)
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    step, planned, spent, history = 0, cfg.steps, 0.0, []
+    state_file = ckpt_dir / "state.pt"
+    if state_file.exists():
+        state = torch.load(state_file, weights_only=False)
+        head.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        step, planned, spent, history = state["step"], state["planned"], state["seconds"], state["history"]
+        log(f"train: resumed at step {step} ({spent / 60:.1f} min done)")
+    per_epoch = max(1, len(train) // cfg.batch_seqs)
+    t0 = t_ckpt = t_log = time.time()
+    done_here = 0
+    if not history:
+        history.append({"step": 0, **evaluate(head, embed, held, store, len(train), t2d, sc, cfg)})
+        log(f"train: step 0 {_fmt(history[-1])}")
+    while planned is None or step < planned:
+        elapsed = time.time() - t0
+        if planned is None and seconds is not None and done_here >= 5:
+            rate = elapsed / done_here
+            planned = step + max(1, int((seconds - spent - elapsed) / rate))
+            log(f"train: {rate:.2f} s/step -> {planned} steps in {(seconds - spent) / 60:.1f} min")
+        if planned is None and seconds is not None and spent + elapsed >= seconds:
+            break
+        order = np.random.default_rng([cfg.seed, step // per_epoch]).permutation(len(train))
+        j = step % per_epoch
+        idx = order[j * cfg.batch_seqs:(j + 1) * cfg.batch_seqs]
+        batch = _batch(train, idx, store, t2d, cfg.max_len, embed, sc)
+        for g in opt.param_groups:
+            g["lr"] = _lr(cfg, step, planned or 1000)
+        loss = _loss(head, head.forward_chain(batch["e"], batch["f"], cfg.depth, with_logits=False), batch,
+                     cfg.depth_decay)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        step += 1
+        done_here += 1
+        if step % cfg.eval_every == 0 or step == planned:
+            history.append({"step": step, "loss": round(loss.item(), 4),
+                            **evaluate(head, embed, held, store, len(train), t2d, sc, cfg)})
+            log(f"train: step {step} {_fmt(history[-1])}")
+        if time.time() - t_log > 30:
+            t_log = time.time()
+            eta = (time.time() - t0) / done_here * ((planned or step) - step) / 60
+            bar = "#" * int(20 * step / max(planned or step, 1))
+            log(f"train {step}/{planned or '?'} [{bar:<20}] loss {loss.item():.3f}, ETA {eta:.1f} min")
+        if time.time() - t_ckpt > cfg.checkpoint_seconds or step == planned:
+            _save(ckpt_dir, {"model": head.state_dict(), "opt": opt.state_dict(), "step": step, "planned": planned,
+                             "seconds": spent + time.time() - t0, "history": history})
+            t_ckpt = time.time()
+    with torch.no_grad():  # measure what is saved: fp16 weights
+        for p in params:
+            p.copy_(p.half().float())
+    final = evaluate(head, embed, held, store, len(train), t2d, sc, cfg)
+    return {"config": asdict(cfg), "steps": step, "seconds": round(spent + time.time() - t0, 1),
+            "history": history, "final": final}
+
+
+def _save(path: Path, state: dict) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    torch.save(state, path / "state.pt.tmp")
+    os.replace(path / "state.pt.tmp", path / "state.pt")
+
+
+def _fmt(m: dict) -> str:
+    g = " / ".join(f"{x:.3f}" for x in m["greedy"])
+    t = " / ".join(f"{x:.3f}" for x in m["t07"])
+    return f"held-out acceptance by depth: greedy {g}; T=0.7 {t}" + (f"; loss {m['loss']:.3f}" if "loss" in m else "")
+
+
+def fold_scale(head: Eagle3Head, scale: np.ndarray) -> None:
+    """Fold the training-time feature scaling into ``fc`` so the saved head reads raw target features."""
+    with torch.no_grad():
+        head.fc.weight.mul_(torch.from_numpy(scale)[None, :])
+
+
+def write_json(path: Path, obj: dict) -> None:
+    path.write_text(json.dumps(obj, indent=2) + "\n")
