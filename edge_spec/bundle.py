@@ -27,7 +27,7 @@ from edge_spec.errors import BundleError
 
 MANIFEST_NAME = "edge_spec.json"
 FORMAT = "edge-spec-bundle"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 PRECISIONS = ("int4", "int8", "fp16", "fp32")
 
 
@@ -79,6 +79,14 @@ class ModelSpec:
     # Per weight tensor, for graphs edge-spec builds itself (GGUF, distilled drafters): name, gguf_type,
     # onnx_op, bits, block, exact, max_abs_err, bytes. Empty for ORT GenAI builder graphs.
     tensors: list[dict[str, Any]] = field(default_factory=list)
+    # "decoder": tokens in, logits out. "eagle3": a feature drafter (EAGLE-3 head): also reads the target's
+    # features (input ``target_hidden``) and its own previous output (``prev_hidden``), writes ``hidden_out``.
+    kind: str = "decoder"
+    # The residual streams the graph outputs (a target, output ``hidden_states``) or reads (an eagle3 drafter):
+    # layer ids, 0 = the embeddings, j = the input of layer j, num_layers = the last layer's output before the
+    # final norm. ``feature_dim`` = their count x the target's hidden size (float16 on the wire). None: no features.
+    feature_layers: list[int] | None = None
+    feature_dim: int | None = None
 
     def logits_bytes(self, positions: int) -> int:
         """Bytes of a float32 logits buffer for ``positions`` query positions."""
@@ -256,6 +264,18 @@ def _check_model(spec: ModelSpec, where: str) -> None:
         raise BundleError(f"The manifest's '{where}' has inconsistent heads ({spec.num_attention_heads} / "
                           f"{spec.num_kv_heads} KV) or vocabulary ({spec.vocab_size} of {spec.full_vocab_size}); "
                           "re-export the bundle.")
+    if spec.kind not in ("decoder", "eagle3"):
+        raise BundleError(f"The manifest field '{where}.kind' is {spec.kind!r} but must be 'decoder' or 'eagle3'; "
+                          "upgrade edge-spec or re-export the bundle.")
+    layers = spec.feature_layers
+    if layers is not None and (not isinstance(layers, list) or not layers or not all(
+            isinstance(j, int) and not isinstance(j, bool) and j >= 0 for j in layers)
+            or not isinstance(spec.feature_dim, int) or spec.feature_dim < 1):
+        raise BundleError(f"The manifest fields '{where}.feature_layers' / 'feature_dim' must be a non-empty list of "
+                          "layer ids >= 0 and a width >= 1; re-export the bundle.")
+    if spec.kind == "eagle3" and layers is None:
+        raise BundleError(f"The manifest's '{where}' is an eagle3 drafter without feature_layers; re-export the "
+                          "bundle.")
     if not spec.workspace_bytes or min(spec.workspace_bytes) < 1 or min(spec.workspace_bytes.values()) < 0:
         raise BundleError(f"The manifest field '{where}.workspace_bytes' must map pass sizes >= 1 to byte counts "
                           ">= 0; re-export the bundle.")
@@ -315,9 +335,15 @@ def manifest_from_json(data: Any) -> Manifest:
     tok = TokenizerSpec(files=tuple(tok.files), vocab_size=tok.vocab_size, bos_token_id=tok.bos_token_id,
                         stop_token_ids=tuple(tok.stop_token_ids), special_token_ids=tuple(tok.special_token_ids),
                         chat=chat)
+    target = _model(data["target"], "target")
+    drafter = None if data.get("drafter") is None else _model(data["drafter"], "drafter")
+    if drafter is not None and drafter.kind == "eagle3" and (
+            drafter.feature_layers != target.feature_layers or drafter.feature_dim != target.feature_dim):
+        raise BundleError(f"The drafter reads the target's layers {drafter.feature_layers} but the target outputs "
+                          f"{target.feature_layers or 'none'}; the manifest does not match its graphs, re-export it.")
     return Manifest(
-        target=_model(data["target"], "target"),
-        drafter=None if data.get("drafter") is None else _model(data["drafter"], "drafter"),
+        target=target,
+        drafter=drafter,
         tokenizer=tok,
         vocab_trim=None if data.get("vocab_trim") is None else _build(VocabTrim, data["vocab_trim"], "vocab_trim"),
         sources={k: _build(SourceModel, v, f"sources.{k}") for k, v in (data.get("sources") or {}).items()},

@@ -64,6 +64,10 @@ class Decoder:
         mask = np.ones((1, past_len + ids.shape[1]), dtype=np.int64)
         self.io.bind_cpu_input("input_ids", ids)
         self.io.bind_cpu_input("attention_mask", mask)
+        for i in self.session.get_inputs():  # an EAGLE-3 drafter's feature inputs: zeros of their width
+            if i.name in ("target_hidden", "prev_hidden"):
+                self.io.bind_cpu_input(i.name, np.zeros((1, ids.shape[1], int(i.shape[-1])),
+                                                        dtype=np.float16 if "float16" in i.type else np.float32))
         logits = np.empty((1, ids.shape[1], self.vocab), dtype=self.dtype)  # [1, k, vocab]; budgeted apart
         self.io.bind_output("logits", "cpu", 0, self.dtype, list(logits.shape), logits.ctypes.data)
         self.session.run_with_iobinding(self.io)

@@ -87,6 +87,9 @@ class GraphSpec:
     sliding_window: int = -1  # keys a query sees in a local layer, itself included (HF ``sliding_window``)
     local_rope_theta: float | None = None  # local layers' own rope base (Gemma 3), unscaled; None = the global caches
     kv_dtype: str = "float32"  # "float16": KV cache in fp16, q/k/v cast to fp16 around GroupQueryAttention
+    # Residual streams to output as ``hidden_states`` [1, S, len * hidden] float16, for a drafter that reads the
+    # target (EAGLE-3): id j = the input of layer j (0 = the embeddings, L = the last layer's output, pre-norm)
+    feature_layers: tuple[int, ...] | None = None
 
 
 def take_rows(w: Weight, idx: np.ndarray) -> Weight:
@@ -352,18 +355,18 @@ def _rms(g: _G, x: str, w: np.ndarray, name: str, eps: float) -> str:
                   epsilon=eps, axis=-1, stash_type=1)[0]
 
 
+def _features(g: _G, streams: list[str]) -> str:
+    """``hidden_states`` [1, S, len(streams) * hidden] float16: the residual streams side by side (fp16 halves the
+    runtime's feature history; a drafter's input needs no more)."""
+    cat = g.node("Concat", streams, "/features/Concat", axis=-1)[0] if len(streams) > 1 else streams[0]
+    return g.node("Cast", [cat], "/features/Cast", to=10, outputs=["hidden_states"])[0]
+
+
 EMBED_DATA = "embed.data"  # the embedding's own external-data file (identical bytes in target and drafter)
 
 
-def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
-    """Write ``out_path`` (model.onnx) and its external data ``model.onnx.data``; returns ``out_path``.
-
-    The embedding's tensors (``embed.*``) go to their own file, :data:`EMBED_DATA`, so that two graphs
-    built on the same embedding hold byte-identical files the exporter can store once."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    g = _G()
+def prologue(g: _G, spec: GraphSpec) -> tuple[str, str]:
+    """Rotary caches and GroupQueryAttention's (seqlens_k, total_sequence_length) from ``attention_mask``."""
     cos, sin = rope_caches(spec)
     suffix = "_f16" if spec.kv_dtype == "float16" else ""
     dtype = np.float16 if suffix else np.float32
@@ -379,14 +382,25 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
     seqlens = g.node("Cast", [g.node("Sub", [total_sum, one], "/mask/Sub")[0]], "/mask/Cast", to=6)[0]
     shape = g.node("Shape", ["attention_mask"], "/mask/Shape")[0]
     total = g.node("Gather", [shape, g.init("one_scalar", np.array(1, dtype=np.int64))], "/mask/Gather", axis=0)[0]
-    total = g.node("Cast", [total], "/mask/Gather/Cast", to=6)[0]
+    return seqlens, g.node("Cast", [total], "/mask/Gather/Cast", to=6)[0]
 
+
+def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
+    """Write ``out_path`` (model.onnx) and its external data ``model.onnx.data``; returns ``out_path``.
+
+    The embedding's tensors (``embed.*``) go to their own file, :data:`EMBED_DATA`, so that two graphs
+    built on the same embedding hold byte-identical files the exporter can store once."""
+    from onnx import TensorProto, helper
+
+    g = _G()
+    seqlens, total = prologue(g, spec)
     h = _embedding(g, dec)
     if spec.embed_scale is not None:  # Gemma: embeddings times sqrt(hidden), in fp32 as transformers and GGML
         h = g.node("Mul", [h, g.init("embed_scale", np.array(spec.embed_scale, dtype=np.float32))],
                    "/embed/Scale")[0]
     residual, prev_out = h, None
     eps = float(spec.rms_eps)
+    streams: dict[int, str] = {}  # layer id -> the residual stream entering it (what a feature drafter reads)
     for i, L in enumerate(dec.layers):
         p = f"/model/layers.{i}"
         w_in = g.init(f"model.layers.{i}.input_layernorm.weight", L.attn_norm.astype(np.float32))
@@ -396,6 +410,7 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
         else:
             x, _, _, residual = g.node("SkipSimplifiedLayerNormalization", [residual, prev_out, w_in],
                                        f"{p}/input_layernorm", n_out=4, domain="com.microsoft", epsilon=eps)
+        streams[i] = residual
         a = _attention(g, x, i, L, spec, seqlens, total)
         if L.post_attn_norm is not None:
             a = _rms(g, a, L.post_attn_norm, f"model.layers.{i}.post_attention_norm", eps)
@@ -406,8 +421,10 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
         if L.post_ffn_norm is not None:
             prev_out = _rms(g, prev_out, L.post_ffn_norm, f"model.layers.{i}.post_feedforward_layernorm", eps)
     w_f = g.init("model.norm.weight", dec.final_norm.astype(np.float32))
-    x = g.node("SkipSimplifiedLayerNormalization", [residual, prev_out, w_f], "/model/norm", n_out=4,
-               domain="com.microsoft", epsilon=eps)[0]
+    x, _, _, streams[len(dec.layers)] = g.node("SkipSimplifiedLayerNormalization", [residual, prev_out, w_f],
+                                               "/model/norm", n_out=4, domain="com.microsoft", epsilon=eps)
+    if spec.feature_layers:
+        _features(g, [streams[j] for j in spec.feature_layers])
     if spec.final_softcap > 0:  # Gemma 2: logits = cap * tanh(logits / cap), in the order transformers uses
         cap = g.init("final_softcap", np.array(spec.final_softcap, dtype=np.float32))
         z = g.node("Div", [_lm_head(g, x, dec, spec.accuracy_level, out="/lm_head/output"), cap], "/softcap/Div")[0]
@@ -416,18 +433,34 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
         _lm_head(g, x, dec, spec.accuracy_level)
     vocab_out = dec.lm_head.n if is_quant(dec.lm_head) or is_split(dec.lm_head) else np.asarray(dec.lm_head).shape[0]
 
+    extra_out = []
+    if spec.feature_layers:
+        extra_out.append(helper.make_tensor_value_info(
+            "hidden_states", TensorProto.FLOAT16, ["batch_size", "sequence_length",
+                                                   spec.hidden * len(spec.feature_layers)]))
+    return save_graph(g, spec, len(dec.layers), int(vocab_out), out_path, extra_outputs=extra_out)
+
+
+def save_graph(g: _G, spec: GraphSpec, n_layers: int, vocab_out: int, out_path: Path, extra_inputs: list | None = None,
+               extra_outputs: list | None = None, name: str = "edge_spec_decoder") -> Path:
+    """The decoder interface (input_ids, attention_mask, KV in / out, logits) plus ``extra_*`` value infos, saved
+    with external data (the embedding in :data:`EMBED_DATA`)."""
+    import onnx
+    from onnx import TensorProto, helper
+
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64
     kv_t = TensorProto.FLOAT16 if spec.kv_dtype == "float16" else f32
-    n_layers = len(dec.layers)
     past = ["batch_size", spec.kv_heads, "past_sequence_length", spec.head_dim]
     pres = ["batch_size", spec.kv_heads, "total_sequence_length", spec.head_dim]
     inputs = [helper.make_tensor_value_info("input_ids", i64, ["batch_size", "sequence_length"]),
-              helper.make_tensor_value_info("attention_mask", i64, ["batch_size", "total_sequence_length"])]
-    outputs = [helper.make_tensor_value_info("logits", f32, ["batch_size", "sequence_length", int(vocab_out)])]
+              helper.make_tensor_value_info("attention_mask", i64, ["batch_size", "total_sequence_length"]),
+              *(extra_inputs or [])]
+    outputs = [helper.make_tensor_value_info("logits", f32, ["batch_size", "sequence_length", vocab_out]),
+               *(extra_outputs or [])]
     for kind in ("key", "value"):
         inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{kind}", kv_t, past) for i in range(n_layers)]
         outputs += [helper.make_tensor_value_info(f"present.{i}.{kind}", kv_t, pres) for i in range(n_layers)]
-    graph = helper.make_graph(g.nodes, "edge_spec_decoder", inputs, outputs, g.inits)
+    graph = helper.make_graph(g.nodes, name, inputs, outputs, g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
                                                     helper.make_opsetid("com.microsoft", 1)],
                               producer_name="edge-spec")

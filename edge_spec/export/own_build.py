@@ -315,7 +315,7 @@ def graph_spec(cfg: dict[str, Any], max_context: int, accuracy_level: int, m: gg
 
 def build(src: Source, out_dir: Path, max_context: int, accuracy_level: int, bits: int | None = 4,
           block_size: int = 32, kept: np.ndarray | None = None, layers: int | None = None,
-          mode: str = "exact", kv_dtype: str = "float32") -> Path:
+          mode: str = "exact", kv_dtype: str = "float32", features: tuple[int, ...] | None = None) -> Path:
     """Write ``out_dir/model.onnx`` (+ data) for ``src``; fills ``src.report``. ``bits`` applies to distilled
     drafters only (GGUF tensors keep their own); ``mode`` to GGUF files (:class:`Policy`)."""
     if src.kind == "gguf":
@@ -323,7 +323,8 @@ def build(src: Source, out_dir: Path, max_context: int, accuracy_level: int, bit
     else:
         dec, report = distilled_decoder(src, bits, block_size, kept, Policy(mode, accuracy_level))
     src.report = report
-    spec = dataclasses.replace(graph_spec(src.config, max_context, accuracy_level, src.gguf), kv_dtype=kv_dtype)
+    spec = dataclasses.replace(graph_spec(src.config, max_context, accuracy_level, src.gguf), kv_dtype=kv_dtype,
+                               feature_layers=features)
     return build_decoder(dec, spec, out_dir / "model.onnx")
 
 

@@ -40,6 +40,7 @@ from edge_spec.export import (
     build,
     calibrate,
     chat_template,
+    eagle_graph,
     invariance,
     measure,
     own_build,
@@ -223,6 +224,8 @@ def _resolve(name: str, role: str, opts: ExportOptions, target: Source | None) -
             raise ExportError(f"The {role} '{name}' does not start with the GGUF magic bytes, so it is not a GGUF "
                               "file (or it is corrupt); re-download it.")
         return own_build.gguf_source(name, role)
+    if role == "drafter" and path.is_dir() and eagle_graph.is_eagle3_dir(path):
+        return eagle_graph.eagle_source(name, target if isinstance(target, own_build.Source) else None)
     if role == "drafter" and path.is_dir() and own_build.is_distilled_dir(path):
         return own_build.distilled_source(name, target if isinstance(target, own_build.Source) else None)
     return build.resolve_checkpoint(name, role, opts.trust_remote_code)
@@ -254,10 +257,12 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint, 
     cache = tmp / ".cache"
     graphs: dict[str, Path] = {}
     own_drafter = isinstance(d_ckpt, own_build.Source)
+    eagle = own_drafter and d_ckpt.kind == "eagle3"
+    features = tuple(d_ckpt.config["eagle_aux_layers"]) if eagle else None  # what the target must output
     for role, ckpt, q in (("target", t_ckpt, opts.target_quant), ("drafter", d_ckpt, opts.drafter_quant)):
         if role == "drafter" and own_drafter:
             continue  # built after VocabTrim chose its LM-head rows
-        graphs[role] = _build_role(tmp, role, ckpt, q, opts, max_ctx, cache, say)
+        graphs[role] = _build_role(tmp, role, ckpt, q, opts, max_ctx, cache, say, features=features)
     if isinstance(t_ckpt, own_build.Source):
         own_build.write_genai_config(tmp / "target", t_cfg, max_ctx)
     _fix_genai_config(tmp / "target" / "genai_config.json", max_ctx)
@@ -266,7 +271,10 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint, 
     tok_spec = _tokenizers(t_ckpt, d_ckpt, tok_dir, cache)
 
     trim = None
-    if opts.trim_vocab is not None:
+    if eagle:  # the head's draft vocabulary was chosen in training: its id map is the trim
+        graphs["drafter"], trim = _build_eagle(tmp, d_ckpt, opts, max_ctx, graphs["target"], tok_dir, tok_spec,
+                                               prompts, say)
+    elif opts.trim_vocab is not None:
         head = _head_size(t_cfg)
         with _timed(say, "calibrate", f"sampling {len(prompts)} prompts from the target graph"):
             counts = calibrate.target_token_counts(
@@ -302,7 +310,7 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint, 
                     + (" (next to the loaded target, as the runtime loads it)" if role == "drafter" else "")):
             beside = (tmp / "target" / "model.onnx", _head_size(t_cfg)) if role == "drafter" else None
             specs[role] = _model_spec(tmp, role, ckpt, q, opts, max_ctx, int(t_cfg["vocab_size"]),
-                                      shared=shared_inits, beside=beside)
+                                      shared=shared_inits, beside=beside, features=features)
     with _timed(say, "measure", "target batch invariance (k-token passes vs 1-token steps, bit for bit)"):
         rows = invariance.batch_invariant_rows(tmp / specs["target"].graph, specs["target"])
         specs["target"] = replace(specs["target"], batch_invariant_rows=rows)
@@ -324,8 +332,43 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint, 
     return manifest
 
 
+def _build_eagle(tmp: Path, src: own_build.Source, opts: ExportOptions, max_ctx: int, target_graph: Path,
+                 tok_dir: Path, tok_spec: TokenizerSpec, prompts: list[str], say: Progress
+                 ) -> tuple[Path, VocabTrim]:
+    """An EAGLE-3 head's graph and its draft->target id map (as the VocabTrim entry). Its coverage of what the
+    target writes is measured on the calibration prompts unless trimming is off (then 0 tokens, coverage 0)."""
+    q = opts.drafter_quant
+    level = q.accuracy_level if q.accuracy_level is not None else DEFAULT_ACCURACY["drafter"]
+    bits = {"int4": 4, "int8": 8, "fp32": None}.get(q.precision, -1)
+    if bits == -1:
+        raise ExportError(f"An EAGLE-3 drafter can be built as int4, int8 or fp32, not {q.precision}.")
+    with _timed(say, "build", f"drafter EAGLE-3 head -> {q.precision} + the target's embedding, accuracy_level "
+                f"{level}"):
+        graph, ids = eagle_graph.build_eagle_role(src, tmp / "drafter", max_ctx, level, bits, opts.block_size,
+                                                  opts.gguf_mode, opts.kv_dtype)
+    say(f"[exact] drafter: {len(src.report) - 1} head tensors quantized to {q.precision} (drafts need not be "
+        "exact, the target verifies them); the embedding is the target's")
+    coverage, tokens = 0.0, 0
+    if opts.trim_vocab is not None:
+        with _timed(say, "calibrate", f"sampling {len(prompts)} prompts from the target graph"):
+            counts = calibrate.target_token_counts(target_graph, _head_size(src.gguf.config),
+                                                   tok_dir / "tokenizer.json", tok_spec.chat, prompts,
+                                                   stop_ids=tok_spec.stop_token_ids)
+        tokens = int(counts.sum())
+        coverage = float(counts[ids].sum() / max(tokens, 1))
+    np.save(tmp / "drafter" / "id_map.npy", ids.astype(np.int32))
+    head = next(e for e in src.report if e["name"] == "lm_head.weight")
+    full = int(src.config["vocab_size"])
+    trim = VocabTrim(id_map="drafter/id_map.npy", kept=int(len(ids)), full=full, coverage=round(coverage, 6),
+                     calibration_tokens=tokens, lm_head_bytes_before=int(head["bytes"] * full // max(len(ids), 1)),
+                     lm_head_bytes_after=int(head["bytes"]))
+    say(f"[trim] the head drafts over {trim.kept}/{trim.full} tokens"
+        + (f", covering {coverage:.1%} of {tokens} target tokens" if tokens else ""))
+    return graph, trim
+
+
 def _build_role(tmp: Path, role: str, ckpt: Source, q: Quant, opts: ExportOptions, max_ctx: int, cache: Path,
-                say: Progress, kept: np.ndarray | None = None) -> Path:
+                say: Progress, kept: np.ndarray | None = None, features: tuple[int, ...] | None = None) -> Path:
     """One graph: the ORT GenAI builder for a Hugging Face checkpoint, our own builder otherwise."""
     level = q.accuracy_level if q.accuracy_level is not None else DEFAULT_ACCURACY[role]
     if isinstance(ckpt, own_build.Source):
@@ -335,7 +378,11 @@ def _build_role(tmp: Path, role: str, ckpt: Source, q: Quant, opts: ExportOption
         what = "its own quantization" if ckpt.kind == "gguf" else f"{q.precision} layers + the target's embedding"
         with _timed(say, "build", f"{role} {ckpt.architecture} ({ckpt.kind}) -> {what}, accuracy_level {level}"):
             graph = own_build.build(ckpt, tmp / role, max_ctx, level, bits, opts.block_size, kept=kept,
-                                    mode=opts.gguf_mode, kv_dtype=opts.kv_dtype)
+                                    mode=opts.gguf_mode, kv_dtype=opts.kv_dtype,
+                                    features=features if role == "target" else None)
+        if role == "target" and features:
+            say(f"[build] target also outputs its residual streams at layers {list(features)} (the EAGLE-3 "
+                "drafter's input)")
         inexact = [e for e in ckpt.report if not e["exact"]]
         kept_exact = f"{len(ckpt.report) - len(inexact)}/{len(ckpt.report)} weight tensors carried over exactly"
         if role == "drafter" and ckpt.kind != "gguf" and inexact:  # quantizing a drafter is the point: one line
@@ -437,7 +484,9 @@ def _effective_tokenizer(tok, path: Path):
 
 def _model_spec(root: Path, role: str, ckpt: build.Checkpoint, q: Quant, opts: ExportOptions, max_ctx: int,
                 full_vocab: int, shared: list[SharedInitializer] | None = None,
-                beside: tuple[Path, int] | None = None) -> ModelSpec:
+                beside: tuple[Path, int] | None = None, features: tuple[int, ...] | None = None) -> ModelSpec:
+    """The manifest entry of ``root/role/model.onnx``. ``features``: the aux layers of an EAGLE-3 pair (the target
+    outputs them as ``hidden_states``, the drafter reads them as ``target_hidden``)."""
     import onnx
 
     cfg = ckpt.config
@@ -469,6 +518,19 @@ def _model_spec(root: Path, role: str, ckpt: build.Checkpoint, q: Quant, opts: E
             quant = Quantization(precision=prec, block_size=block, accuracy_level=level, io_dtype=io_dtype,
                                  kv_dtype=kv_field)
     genai = root / role / "genai_config.json"
+    inputs = {"input_ids": "input_ids", "attention_mask": "attention_mask",
+              "past_key": "past_key_values.%d.key", "past_value": "past_key_values.%d.value"}
+    outputs = {"logits": "logits", "present_key": "present.%d.key", "present_value": "present.%d.value"}
+    outs = {o.name: o for o in proto.graph.output}
+    extra: dict[str, Any] = {}
+    if "hidden_states" in outs:
+        outputs["hidden_states"] = "hidden_states"
+        extra = {"feature_layers": list(features or ()),
+                 "feature_dim": outs["hidden_states"].type.tensor_type.shape.dim[-1].dim_value}
+    if any(i.name == "target_hidden" for i in proto.graph.input):
+        inputs.update(target_hidden="target_hidden", prev_hidden="prev_hidden")
+        outputs["hidden_out"] = "hidden_out"
+        extra = {"kind": "eagle3", "feature_layers": list(features or ()), "feature_dim": int(cfg["feature_dim"])}
     return ModelSpec(
         graph=f"{role}/model.onnx", data_files=tuple(f"{role}/{p.name}" for p in data),
         architecture=ckpt.architecture, quantization=quant, num_layers=layers,
@@ -478,11 +540,9 @@ def _model_spec(root: Path, role: str, ckpt: build.Checkpoint, q: Quant, opts: E
         load_bytes=int(mem["load_bytes"]),
         kv_bytes_per_token=kv_bytes_per_token(layers, kv_heads, head, kv_dtype),
         workspace_bytes=dict(mem["workspace_bytes"]),
-        input_names={"input_ids": "input_ids", "attention_mask": "attention_mask",
-                     "past_key": "past_key_values.%d.key", "past_value": "past_key_values.%d.value"},
-        output_names={"logits": "logits", "present_key": "present.%d.key", "present_value": "present.%d.value"},
+        input_names=inputs, output_names=outputs,
         genai_config=f"{role}/genai_config.json" if genai.is_file() else None,
-        tensors=tensors,
+        tensors=tensors, **extra,
     )
 
 

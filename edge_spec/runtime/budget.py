@@ -132,6 +132,10 @@ def _layout(m: Manifest, mode: str, gamma: int, chunk: int,
         scratch += gamma * d.vocab_size * 4 + (m.vocab_trim.kept * 4 if m.vocab_trim else 0)
         scratch += gamma * m.target.vocab_size * 4  # q of each draft over target ids (the rejection rule)
         work.append(d.workspace_for(d_rows))
+        if d.kind == "eagle3":  # the target's feature history grows with context (float16), the rest is fixed
+            per_token += 2 * int(d.feature_dim)
+            items.append((f"feature drafter buffers ({t_rows} + {d_rows} rows of features, hidden states)",
+                          2 * int(d.feature_dim) * (t_rows + 2 * d_rows) + 4 * d.hidden_size * (2 * d_rows + 1)))
     items = [(w, b) for w, b in items if "KV cache" not in w]
     per_token += _attention_per_token(m, mode, t_rows, d_rows)
     items.append(("sampling scratch (probabilities, x2 for temporaries)", 2 * scratch))
@@ -157,6 +161,8 @@ def _kv_items(m: Manifest, mode: str, ctx: int, t_rows: int = PREFILL_CHUNK,
     if mode == "speculative":
         d = m.drafter
         out.append((f"drafter KV cache ({ctx} tokens x {d.kv_bytes_per_token} B)", ctx * d.kv_bytes_per_token))
+        if d.kind == "eagle3":
+            out.append((f"target feature history ({ctx} tokens x {2 * d.feature_dim} B)", ctx * 2 * d.feature_dim))
     per = _attention_per_token(m, mode, t_rows, d_rows)
     out.append((f"attention scores of the largest pass at full context ({ctx} tokens x {per} B)", ctx * per))
     return out

@@ -79,9 +79,12 @@ class Engine:
         # One mapping of the weights both graphs read (the embedding), given to both sessions. Always, as at
         # export, where the target's load_bytes are measured with it and the drafter's beside the target.
         shared = shared_initializers(root, manifest) if t_dev == "cpu" and d_dev == "cpu" else {}
+        # an EAGLE-3 drafter reads the target's features: only then does the target write them (into a history
+        # buffer the plan counts); otherwise the graph's feature output stays unbound and costs nothing
+        features = plan.mode == "speculative" and manifest.drafter is not None and manifest.drafter.kind == "eagle3"
         target = ModelSession(root / manifest.target.graph, manifest.target, providers=t_providers, device=t_dev,
                               capacity=plan.max_context, max_rows=plan.target_rows, threads=threads,
-                              min_rows=min_rows, initializers=shared, spin=spin)
+                              min_rows=min_rows, initializers=shared, spin=spin, features=features)
         drafter = id_map = None
         if plan.mode == "speculative":
             assert manifest.drafter is not None

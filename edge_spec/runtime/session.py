@@ -41,7 +41,7 @@ class ModelSession:
 
     def __init__(self, graph: str | Path, spec: ModelSpec, *, providers: Sequence[str], device: str,
                  capacity: int, max_rows: int, threads: int = 0, min_rows: int = 1, spin: bool = False,
-                 initializers: Mapping[str, ort.OrtValue] | None = None) -> None:
+                 initializers: Mapping[str, ort.OrtValue] | None = None, features: bool = False) -> None:
         self.spec = spec
         self.device = device
         self.max_rows = max_rows
@@ -79,6 +79,7 @@ class ModelSession:
         self.mask = np.ones((1, capacity + pad), dtype=np.int64)  # [1, capacity + pad]; a pass binds a prefix
         self.logits = np.empty((rows, spec.vocab_size), dtype=dtype)  # [max(max_rows, min_rows), vocab]
         self.logits.fill(0)
+        self._feature_setup(spec, inn, out, rows, capacity + pad, features)
         self._ids_ptr = self.ids.ctypes.data
         self._mask_ptr = self.mask.ctypes.data
         self._logits_ptr = self.logits.ctypes.data
@@ -144,12 +145,19 @@ class ModelSession:
     def capacity(self) -> int:
         return self.kv.capacity
 
-    def forward(self, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
+    def forward(self, tokens: Sequence[int] | np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
+        """``features`` (EAGLE-3 drafter only): [k, feature_dim] float16, the target's features at the k rows;
+        None = one draft step that reads this session's own last output (``hidden``) instead."""
         k = len(tokens)
         n = self.kv.length
         if k > self.max_rows or n + k > self.kv.capacity:
             raise EdgeSpecError(f"A pass of {k} tokens at position {n} does not fit this model's buffers "
                                 f"({self.max_rows} rows, {self.kv.capacity} positions).")
+        if self.reads_features and features is None:  # a draft step: the input is the last pass's last output
+            if k != 1:
+                raise EdgeSpecError("A feature drafter's own-output step takes one token.")
+            self.prev[0] = self.hidden[self._last_rows - 1]
+        self._last_rows = k
         self.ids[0, :k] = tokens
         rows = k
         if k < self.min_rows:  # pad to the batch-invariant pass size (see the class docstring)
@@ -160,6 +168,8 @@ class ModelSession:
             c_io.bind_input(self._ids_name, cpu, np.int64, [1, rows], self._ids_ptr)
             c_io.bind_input(self._mask_name, cpu, np.int64, [1, n + rows], self._mask_ptr)
             c_io.bind_output(self._logits_name, cpu, self._dtype, [1, rows, self._vocab], self._logits_ptr)
+            for name, is_input, dtype, width, ptr in self._feature_binds(n, rows, features):
+                (c_io.bind_input if is_input else c_io.bind_output)(name, cpu, dtype, [1, rows, width], ptr)
             t0 = time.perf_counter()
             c_sess.run_with_iobinding(c_io, None)
         else:
@@ -167,6 +177,8 @@ class ModelSession:
             io.bind_input(self._ids_name, "cpu", 0, np.int64, [1, rows], self._ids_ptr)
             io.bind_input(self._mask_name, "cpu", 0, np.int64, [1, n + rows], self._mask_ptr)
             io.bind_output(self._logits_name, "cpu", 0, self._dtype, [1, rows, self._vocab], self._logits_ptr)
+            for name, is_input, dtype, width, ptr in self._feature_binds(n, rows, features):
+                (io.bind_input if is_input else io.bind_output)(name, "cpu", 0, dtype, [1, rows, width], ptr)
             t0 = time.perf_counter()
             self.session.run_with_iobinding(io)
         self.run_seconds += time.perf_counter() - t0
@@ -176,6 +188,51 @@ class ModelSession:
 
     def rewind_to(self, n: int) -> None:
         self.kv.rewind_to(n)
+
+    # -- features (EAGLE-3): the target writes them, the drafter reads them ---------------------------------
+    def _feature_setup(self, spec: ModelSpec, inn: Mapping[str, str], out: Mapping[str, str], rows: int,
+                       positions: int, features: bool) -> None:
+        """Buffers for features, allocated once.
+
+        Target (``features=True`` and the graph outputs them): ``self.features`` [positions + rows, F] float16,
+        row p = the target's features at position p, written in place by each pass (the output is bound at
+        row ``length``), valid for p < ``length``. Drafter (kind eagle3): ``hidden`` [rows, H] (its pre-norm
+        output), ``prev`` [1, H] (a draft step's input), zero inputs for the half it does not use."""
+        self.reads_features = spec.kind == "eagle3"
+        self.features: np.ndarray | None = None
+        self._last_rows = 1
+        self._fbind: tuple = ()
+        f16, f32 = np.float16, np.float32
+        if features and spec.feature_layers and "hidden_states" in out:
+            width = int(spec.feature_dim)
+            self.features = np.zeros((positions + rows, width), dtype=f16)
+            self._fbind = (out["hidden_states"], width, self.features.ctypes.data, width * 2)
+        if self.reads_features:
+            fdim, hdim = int(spec.feature_dim), spec.hidden_size
+            self.hidden = np.zeros((rows, hdim), dtype=f32)  # [rows, H]
+            self.prev = np.zeros((1, hdim), dtype=f32)  # [1, H]
+            self._zero_feat = np.zeros((rows, fdim), dtype=f16)  # [rows, F]
+            self._zero_prev = np.zeros((rows, hdim), dtype=f32)  # [rows, H]
+            self._names = (inn.get("target_hidden", "target_hidden"), inn.get("prev_hidden", "prev_hidden"),
+                           out.get("hidden_out", "hidden_out"), fdim, hdim)
+
+    def _feature_binds(self, n: int, rows: int, features: np.ndarray | None) -> tuple:
+        """(name, is_input, dtype, width, pointer) of the feature tensors of a ``rows``-row pass at position n."""
+        if self._fbind:
+            name, width, base, stride = self._fbind
+            return ((name, False, np.float16, width, base + n * stride),)
+        if not self.reads_features:
+            return ()
+        th, ph, ho, fdim, hdim = self._names
+        if features is not None:
+            if features.dtype != np.float16 or not features.flags.c_contiguous or features.shape != (rows, fdim):
+                raise EdgeSpecError(f"Feature rows must be a contiguous float16 [{rows}, {fdim}] array.")
+            return ((th, True, np.float16, fdim, features.ctypes.data),
+                    (ph, True, np.float32, hdim, self._zero_prev.ctypes.data),
+                    (ho, False, np.float32, hdim, self.hidden.ctypes.data))
+        return ((th, True, np.float16, fdim, self._zero_feat.ctypes.data),
+                (ph, True, np.float32, hdim, self.prev.ctypes.data),
+                (ho, False, np.float32, hdim, self.hidden.ctypes.data))
 
 
 def shared_initializers(root: Path, manifest: Manifest | Sequence[SharedInitializer]) -> dict[str, ort.OrtValue]:

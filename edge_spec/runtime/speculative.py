@@ -28,7 +28,13 @@ from edge_spec.runtime.sampling import Noise, Rejection, SamplingConfig, probs, 
 
 
 class Model(Protocol):
-    """The backend seam: a model that takes tokens and returns logits."""
+    """The backend seam: a model that takes tokens and returns logits.
+
+    Feature drafting (EAGLE-3) grows it by two attributes: a target may hold ``features``
+    [positions, F] (row p = its hidden-state features at position p, valid below ``length``, written
+    by its own passes), and a drafter with ``reads_features`` takes ``forward(tokens, features)``:
+    with features [k, F] the rows read the target's, without (one token) the drafter continues
+    from its own last output, as it was trained."""
 
     max_rows: int  # most tokens one forward may take
     capacity: int  # KV positions
@@ -73,6 +79,13 @@ class Decoder:
                            dtype=np.float32)  # [max_gamma, target vocab]
         self.t_draft = self.t_verify = 0.0
         self.drafter_passes = 0  # passes of the last draft() (counts a pass that produced no confident draft)
+        # A feature drafter (EAGLE-3) reads the target's features at committed positions: its row p takes
+        # (features at p, token p + 1) and predicts token p + 2, so it trails the target and catches up on
+        # the rows the last verify committed; its draft rows (own outputs) are dropped after every draft.
+        self.reads_features = bool(getattr(drafter, "reads_features", False))
+        if self.reads_features and getattr(target, "features", None) is None:
+            raise ValueError("a feature drafter needs a target that writes features")
+        self.verified_from = 0  # the target's length when the last verify pass started
 
     # -- committed context -------------------------------------------------------------
     def set_context(self, ids: np.ndarray) -> int:
@@ -110,8 +123,11 @@ class Decoder:
 
         1 normally, 2 after an all-accepted step; more when a prompt is pending, or for the
         drafter after a stretch of plain AR steps (it is not fed while gamma is 0)."""
-        models = (self.target,) if gamma == 0 or self.drafter is None else (self.target, self.drafter)
-        return max(self.n - m.length for m in models)
+        if gamma == 0 or self.drafter is None:
+            return self.n - self.target.length
+        if self.reads_features:  # normally it catches up on exactly the last verify's committed rows
+            return max(self.n - self.target.length, self.verified_from - self.drafter.length + 1)
+        return max(self.n - m.length for m in (self.target, self.drafter))
 
     # -- one step ------------------------------------------------------------------------
     def draft(self, gamma: int, cfg: SamplingConfig, noise: Noise | Rejection, threshold: float) -> int:
@@ -127,10 +143,17 @@ class Decoder:
             return 0
         t0 = time.perf_counter()
         d = self.drafter
-        # Catch-up lives here: after a step where every draft was accepted, the drafter never saw
-        # the last draft (it is sampled, not fed), so two committed tokens are pending
-        # [last draft, bonus] and _feed sends both in this one pass instead of an extra step.
-        logits = self._feed(d, self.tok[:0])[0]
+        if self.reads_features:
+            logits = self._catch_up_features()
+            if logits is None:  # a one-token context: no features to read yet
+                self.t_draft = time.perf_counter() - t0
+                return 0
+            caught_up = d.length
+        else:
+            # Catch-up lives here: after a step where every draft was accepted, the drafter never saw
+            # the last draft (it is sampled, not fed), so two committed tokens are pending
+            # [last draft, bonus] and _feed sends both in this one pass instead of an extra step.
+            logits = self._feed(d, self.tok[:0])[0]
         g = 0
         self.drafter_passes = 1
         while True:
@@ -157,8 +180,27 @@ class Decoder:
                 break  # the last draft is not fed: the drafter stays one behind if all are accepted
             logits = d.forward(self.drafts[g - 1:g])[0]  # the drafter embeds full-vocab (target) ids
             self.drafter_passes += 1
+        if self.reads_features:
+            d.rewind_to(caught_up)  # draft rows read the drafter's own outputs: never kept as context
         self.t_draft = time.perf_counter() - t0
         return g
+
+    def _catch_up_features(self) -> np.ndarray | None:
+        """Bring the target to n - 1 committed rows (a pending prompt: prefill, logits unused) and feed the
+        feature drafter every committed row it has not read: row p = (features at p, token p + 1). Returns the
+        drafter's logits at row n - 2 (the first draft), or None when the context has one token."""
+        t, d = self.target, self.drafter
+        while t.length < self.n - 1:
+            t.forward(self.tok[t.length:min(self.n - 1, t.length + t.max_rows)])
+        if t.length == 0:
+            return None
+        if d.length >= t.length:  # a repeated draft without a verify in between: redo the last row
+            d.rewind_to(t.length - 1)
+        while d.length < t.length:
+            a = d.length
+            b = min(t.length, a + d.max_rows)
+            logits = d.forward(self.tok[a + 1:b + 1], t.features[a:b])
+        return logits[-1]
 
     def draft_lookup(self, gamma: int) -> int:
         """Fill ``self.drafts[:g]`` with the continuation of the latest earlier match of the context's last
@@ -173,6 +215,7 @@ class Decoder:
     def verify(self, g: int, cfg: SamplingConfig, noise: Noise | Rejection) -> tuple[int, int]:
         """One target pass over pending + drafts; returns (accepted, next token)."""
         t0 = time.perf_counter()
+        self.verified_from = self.target.length
         logits = self._feed(self.target, self.drafts[:g])  # [g + 1, V]
         if cfg.greedy:
             out = verify_greedy(logits, self.drafts[:g])

@@ -1,0 +1,186 @@
+"""EAGLE-3 feature drafters: the head in the published layout (round trip, refusals), its training-time-test
+chain equal to the runtime's incremental steps, and the export of a tiny GGUF target + head: the target's
+features equal transformers' hidden states on the same file, the drafter graph equals the torch reference,
+and through the Engine greedy speculative == greedy AR and same seed -> same sampled text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("gguf")
+
+from test_gguf_export import FFN, HEAD, HEADS, HIDDEN, KV_HEADS, assert_greedy_sd_equals_ar, write_tiny_gguf  # noqa: E402
+
+from edge_spec.distill.eagle import Eagle3Config, Eagle3Head, load_head, read_head, save_head, step  # noqa: E402
+from edge_spec.errors import EdgeSpecError, ExportError  # noqa: E402
+from edge_spec.export.pipeline import ExportOptions, Quant, export_bundle  # noqa: E402
+
+
+def _config(vocab: int = 300, draft_vocab: int = 120, aux: tuple[int, ...] = (0, 2, 3)) -> Eagle3Config:
+    return Eagle3Config(hidden=HIDDEN, target_hidden=HIDDEN, heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD,
+                        intermediate=FFN, rms_eps=1e-6, rope_theta=10000.0, vocab=vocab, draft_vocab=draft_vocab,
+                        aux_layers=aux, max_position=256)
+
+
+def random_head(cfg: Eagle3Config, seed: int = 0) -> Eagle3Head:
+    torch.manual_seed(seed)
+    head = Eagle3Head(cfg)
+    with torch.no_grad():
+        for name, p in head.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.1 * torch.randn_like(p))
+            else:
+                p.mul_(3.0)  # sharper logits than nn.Linear's default init
+    kept = torch.randperm(cfg.vocab, generator=torch.Generator().manual_seed(seed))[:cfg.draft_vocab]
+    head.set_vocab(kept)
+    return head
+
+
+def test_training_chain_equals_the_runtime_incremental_steps():
+    """forward_chain's step d at position q == the runtime: feature rows 0..q-d in one pass, then d own steps."""
+    cfg = _config()
+    head = random_head(cfg).eval()
+    s, depth = 9, 3
+    g = torch.Generator().manual_seed(1)
+    e = torch.randn(1, s, HIDDEN, generator=g)
+    feats = torch.randn(1, s, cfg.feature_dim, generator=g) * 3
+    with torch.no_grad():
+        chain = head.forward_chain(e, feats, depth)
+        h0 = head.fc(feats)[0]
+    for d in range(depth):
+        for q in range(d, s):
+            out, logits, cache = step(head, e[0, :q - d + 1], h0[:q - d + 1], 0, None)
+            h = out[-1:]
+            for j in range(1, d + 1):
+                r = q - d + j
+                h, logits, cache = step(head, e[0, r:r + 1], h, r, cache)
+            torch.testing.assert_close(logits[-1], chain[d][1][0, q], rtol=1e-4, atol=1e-4)
+
+
+def test_head_round_trips_in_the_published_layout(tmp_path: Path):
+    cfg = _config()
+    head = random_head(cfg)
+    save_head(head, tmp_path / "h", extra={"edge_spec_drafter": {"target_sha256": "ab" * 32}})
+    raw = json.loads((tmp_path / "h" / "config.json").read_text())
+    assert raw["architectures"] == ["LlamaForCausalLMEagle3"] and raw["draft_vocab_size"] == 120
+    assert raw["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 2, 3]
+    back = load_head(tmp_path / "h")
+    assert back.c == cfg
+    assert torch.equal(back.draft_to_target, head.draft_to_target)
+    assert int(back.t2d.sum()) == 120 and bool(back.t2d[back.draft_to_target].all())
+    for k, v in head.state_dict().items():
+        torch.testing.assert_close(back.state_dict()[k].to(v.dtype), v.half().to(v.dtype) if v.is_floating_point()
+                                   else v)
+
+
+def test_unusable_heads_are_refused_in_one_sentence(tmp_path: Path):
+    cfg = _config()
+    save_head(random_head(cfg), tmp_path / "h")
+    raw = json.loads((tmp_path / "h" / "config.json").read_text())
+    cases = {"not an EAGLE-3 head": {**raw, "architectures": ["LlamaForCausalLM"]},
+             "only one-layer": {**raw, "num_hidden_layers": 2},
+             "lacks or mangles": {k: v for k, v in raw.items() if k != "intermediate_size"},
+             "fc.weight is": {**raw, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2]}}}
+    for want, bad in cases.items():
+        (tmp_path / "h" / "config.json").write_text(json.dumps(bad))
+        with pytest.raises(EdgeSpecError, match=want) as err:
+            read_head(tmp_path / "h")
+        assert "\n" not in str(err.value)
+
+
+@pytest.fixture(scope="module")
+def eagle_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Eagle3Head]:
+    """(tiny 3-layer llama GGUF, its EAGLE-3 head dir reading layers 0, 2 and 3, the head in torch)."""
+    from edge_spec.export import own_build
+    from edge_spec.fetch import file_sha256
+
+    d = tmp_path_factory.mktemp("eagle")
+    target = write_tiny_gguf(d / "t.gguf", "llama", 3, seed=1)
+    vocab = int(own_build.gguf_source(str(target), "target").config["vocab_size"])
+    head = random_head(_config(vocab=vocab))
+    save_head(head, d / "head", extra={"edge_spec_drafter": {"target_sha256": file_sha256(target)}})
+    return target, d / "head", load_head(d / "head")  # the fp16-rounded weights the export reads
+
+
+@pytest.mark.slow
+def test_eagle_bundle_matches_references_and_is_lossless(eagle_pair, tmp_path: Path):
+    from transformers import AutoModelForCausalLM
+
+    from edge_spec.bundle import read_manifest
+    from edge_spec.runtime.engine import Engine
+    from edge_spec.runtime.session import ModelSession, shared_initializers
+
+    target, head_dir, head = eagle_pair
+    out = tmp_path / "bundle"
+    opts = ExportOptions(trim_vocab=None, max_context=64, measure_memory=False, drafter_quant=Quant("fp32", None))
+    export_bundle(str(target), str(head_dir), out, opts, progress=None)
+    m = read_manifest(out)
+    assert m.target.feature_layers == [0, 2, 3] and m.target.feature_dim == 3 * HIDDEN
+    assert m.drafter.kind == "eagle3" and m.drafter.num_layers == 1 and m.drafter.vocab_size == 120
+    assert m.vocab_trim.kept == 120 and np.array_equal(np.load(out / m.vocab_trim.id_map), head.draft_to_target)
+    assert (out / "target/embed.data").samefile(out / "drafter/embed.data") and m.shared_initializers
+
+    # the target's features == transformers' residual streams on the same GGUF (layer 3 = last output, pre-norm)
+    ids = [1, 60, 61, 62, 70, 80, 90]
+    shared = shared_initializers(out, m)
+    t = ModelSession(out / m.target.graph, m.target, providers=["CPUExecutionProvider"], device="cpu", capacity=32,
+                     max_rows=8, initializers=shared, features=True)
+    t.forward(np.array(ids))
+    feats = t.features[:len(ids)].copy()
+    hf = AutoModelForCausalLM.from_pretrained(str(target.parent), gguf_file=target.name, dtype=torch.float32)
+    last = {}
+    hf.model.layers[-1].register_forward_hook(lambda _m, _i, o: last.setdefault("h", o[0] if isinstance(o, tuple)
+                                                                               else o))
+    with torch.no_grad():
+        hs = hf(torch.tensor([ids]), output_hidden_states=True).hidden_states
+    ref = torch.cat([hs[0][0], hs[2][0], last["h"][0]], -1).numpy()
+    np.testing.assert_allclose(feats.astype(np.float32), ref, rtol=2e-2, atol=2e-2 * float(np.abs(ref).max()))
+
+    # the drafter graph == the torch reference: a pass over feature rows, then a step on its own output
+    d = ModelSession(out / m.drafter.graph, m.drafter, providers=["CPUExecutionProvider"], device="cpu",
+                     capacity=32, max_rows=8, initializers=shared)
+    nxt = np.array(ids[1:])
+    logits = d.forward(nxt, feats[:len(nxt)]).copy()
+    with torch.no_grad():
+        emb = hf.model.embed_tokens(torch.tensor(nxt))
+        h_in = head.fc(torch.from_numpy(feats[:len(nxt)].astype(np.float32)))
+        o, ref_logits, cache = step(head, emb, h_in, 0, None)
+    np.testing.assert_allclose(logits, ref_logits.numpy(), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(d.hidden[:len(nxt)], o.numpy(), rtol=1e-3, atol=1e-3)
+    own = d.forward(np.array([5])).copy()
+    with torch.no_grad():
+        _, ref_own, _ = step(head, hf.model.embed_tokens(torch.tensor([5])), o[-1:], len(nxt), cache)
+    np.testing.assert_allclose(own, ref_own.numpy(), rtol=1e-3, atol=1e-3)
+
+    engine = Engine.load(out, max_context=64)
+    assert engine.plan.mode == "speculative"
+    assert any("feature history" in what for what, _ in engine.plan.items)
+    assert_greedy_sd_equals_ar(engine, 16)
+    cfg = {"max_new_tokens": 16, "stop_token_ids": (), "temperature": 0.8, "seed": 4}
+    a, b = engine.generate("hello world", cfg), engine.generate("hello world", cfg)
+    assert a.token_ids == b.token_ids == engine.generate("hello world", cfg, speculative=False).token_ids
+    assert a.stats.drafted > 0
+
+
+@pytest.mark.slow
+def test_eagle_export_refuses_a_head_of_another_target(eagle_pair, tmp_path: Path):
+    target, head_dir, _ = eagle_pair
+    other = write_tiny_gguf(tmp_path / "other.gguf", "llama", 3, seed=2)
+    opts = ExportOptions(trim_vocab=None, max_context=64, measure_memory=False)
+    with pytest.raises(ExportError, match="trained for a target with sha256") as err:
+        export_bundle(str(other), str(head_dir), tmp_path / "o", opts, progress=None)
+    assert "\n" not in str(err.value) and not (tmp_path / "o").exists()
+    raw = json.loads((head_dir / "config.json").read_text())
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "model.safetensors").symlink_to(head_dir / "model.safetensors")
+    raw.pop("edge_spec_drafter")
+    (bad / "config.json").write_text(json.dumps({**raw, "eagle_config": {"eagle_aux_hidden_state_layer_ids":
+                                                                          [0, 2, 9]}}))
+    with pytest.raises(ExportError, match="reads layer 9 but the target has 3 layers"):
+        export_bundle(str(target), str(bad), tmp_path / "o", opts, progress=None)
