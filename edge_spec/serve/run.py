@@ -1,0 +1,82 @@
+"""Run the app with uvicorn on a socket we bind ourselves, and stop gracefully on SIGINT / SIGTERM.
+
+Binding here (rather than inside uvicorn) turns "port in use" into one sentence, tells the
+caller the real port when 0 asked for a free one, and says whether the address is loopback.
+uvicorn finishes the requests in flight (cancelling them after ``grace`` seconds), the app's
+lifespan then stops the engine's worker, and :func:`serve` returns the signal's name: a stop
+asked for by a signal is a normal exit, not a crash.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import signal
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+
+from edge_spec.errors import EdgeSpecError
+
+GRACE_SECONDS = 5  # requests still running this long after SIGINT/SIGTERM are cancelled (at their next step)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (port 0: a free one), or one sentence saying why it cannot be."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise EdgeSpecError(f"Cannot listen on host '{host}' ({exc.strerror}); pass an address such as 127.0.0.1 "
+                            "with --host.") from None
+    family, _, _, _, addr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise EdgeSpecError(f"Port {port} on {host} is in use (another server?); pass another --port, or 0 for "
+                                "any free one.") from None
+        if exc.errno == errno.EACCES:
+            raise EdgeSpecError(f"Port {port} needs privileges this user lacks; pass a --port above 1023.") from None
+        raise EdgeSpecError(f"Cannot listen on {host}:{port} ({exc.strerror}); check --host and --port.") from None
+    return sock
+
+
+def is_loopback(sock: socket.socket) -> bool:
+    """True when the socket only accepts connections from this machine."""
+    return ipaddress.ip_address(sock.getsockname()[0].split("%")[0]).is_loopback
+
+
+def base_url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/v1"
+
+
+def serve(app: Any, sock: socket.socket, *, log_level: str = "info", access_log: bool = True,
+          on_start: Callable[[], None] | None = None) -> str | None:
+    """Serve ``app`` on ``sock`` until SIGINT or SIGTERM; returns that signal's name (None if stopped otherwise)."""
+    config = uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="on",
+                            timeout_graceful_shutdown=GRACE_SECONDS, server_header=False)
+    server = uvicorn.Server(config)
+    received: list[int] = []
+
+    def note(sig: int, frame: Any) -> None:  # uvicorn re-raises the signal it handled after shutting down
+        received.append(sig)
+
+    handled = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, note) for sig in handled}
+    try:
+        if on_start is not None:
+            on_start()
+        server.run(sockets=[sock])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if not server.started and not received:
+        raise EdgeSpecError("The server did not start (see the messages above).")
+    return signal.Signals(received[0]).name if received else None
