@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from edge_spec.cli import common
 from edge_spec.errors import EdgeSpecError
 
 API_KEY_ENV = "EDGE_SPEC_API_KEY"
+EXTRA = ("starlette", "uvicorn", "anyio")  # what pip install 'edge-spec[serve]' brings
 
 
 def _port(text: str) -> int:
@@ -61,15 +61,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    missing = [m for m in ("starlette", "uvicorn") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise EdgeSpecError(f"edge-spec serve needs the serve extra ({missing[0]} is missing); run "
-                            "pip install 'edge-spec[serve]'.")
+    try:
+        from edge_spec.serve import ServeConfig, create_app
+        from edge_spec.serve.run import base_url, bind, is_loopback, serve
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in EXTRA:
+            raise
+        raise EdgeSpecError(f"edge-spec serve needs the serve extra ({exc.name} is missing); run "
+                            "pip install 'edge-spec[serve]'.") from None
     if args.api_key is not None and not args.api_key.strip():
         raise EdgeSpecError("The API key is empty; pass --api-key KEY with some text, or leave it out.")
     from edge_spec import demo
-    from edge_spec.serve import ServeConfig, create_app
-    from edge_spec.serve.run import base_url, bind, is_loopback, serve
 
     err = common.Console(sys.stderr)
     name = args.bundle or demo.DEMO_NAME

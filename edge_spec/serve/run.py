@@ -59,20 +59,23 @@ def base_url(sock: socket.socket) -> str:
 
 def serve(app: Any, sock: socket.socket, *, log_level: str = "info", access_log: bool = True,
           on_start: Callable[[], None] | None = None) -> str | None:
-    """Serve ``app`` on ``sock`` until SIGINT or SIGTERM; returns that signal's name (None if stopped otherwise)."""
+    """Serve ``app`` on ``sock`` until SIGINT or SIGTERM; returns that signal's name (None if stopped otherwise).
+
+    ``on_start`` is called once the socket accepts connections."""
     config = uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="on",
                             timeout_graceful_shutdown=GRACE_SECONDS, server_header=False)
-    server = uvicorn.Server(config)
+    server = _Server(config, on_start)
     received: list[int] = []
 
-    def note(sig: int, frame: Any) -> None:  # uvicorn re-raises the signal it handled after shutting down
+    def note(sig: int, frame: Any) -> None:
+        # before uvicorn installs its handlers (a very early signal): stop at once; after it shut down, uvicorn
+        # re-raises the signal it handled, which lands here too: either way a signal is a normal stop
         received.append(sig)
+        server.should_exit = True
 
     handled = (signal.SIGINT, signal.SIGTERM)
     previous = {sig: signal.signal(sig, note) for sig in handled}
     try:
-        if on_start is not None:
-            on_start()
         server.run(sockets=[sock])
     finally:
         for sig, handler in previous.items():
@@ -80,3 +83,16 @@ def serve(app: Any, sock: socket.socket, *, log_level: str = "info", access_log:
     if not server.started and not received:
         raise EdgeSpecError("The server did not start (see the messages above).")
     return signal.Signals(received[0]).name if received else None
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, calling ``on_start`` once it listens (so a client told the URL can connect at once)."""
+
+    def __init__(self, config: uvicorn.Config, on_start: Callable[[], None] | None) -> None:
+        super().__init__(config)
+        self.on_start = on_start
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started and self.on_start is not None:
+            self.on_start()
