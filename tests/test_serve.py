@@ -211,6 +211,9 @@ def test_long_conversations_drop_old_turns_or_say_context_length_exceeded(served
     with pytest.raises(openai.BadRequestError) as exc:
         client.chat.completions.create(model=NAME, messages=huge, max_tokens=8)
     assert exc.value.status_code == 400 and exc.value.code == "context_length_exceeded"
+    with pytest.raises(openai.BadRequestError) as exc:  # streaming: refused before the event stream starts
+        client.chat.completions.create(model=NAME, messages=huge, max_tokens=8, stream=True)
+    assert exc.value.status_code == 400 and exc.value.code == "context_length_exceeded"
     with pytest.raises(openai.BadRequestError) as exc:
         client.completions.create(model=NAME, prompt="x = 1 + 2 + 3 " * 200, max_tokens=8)
     assert exc.value.code == "context_length_exceeded" and "shorten" in exc.value.message

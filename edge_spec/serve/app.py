@@ -22,7 +22,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -156,10 +156,10 @@ def _generation_config(s: Sampling, capacity: int) -> GenerationConfig:
 
 def _start_chat(engine: Any, req: ChatRequest, reserve: int) -> tuple[Any, dict[str, Any]]:
     messages = list(req.messages)
-    engine.encode_chat(messages)  # a role order the template forbids: 400 from the worker, not a context error
     try:  # the same turn-dropping as `edge-spec chat`: oldest turns go, the system prompt stays
         kept, dropped = engine.fit_chat(messages, reserve)
     except EdgeSpecError as exc:
+        engine.encode_chat(messages)  # a role order the template forbids raises here: 400 invalid_value (worker)
         raise APIError(400, str(exc), param="messages", code="context_length_exceeded") from None
     capacity = int(engine.plan.max_context)
     return engine.chat(kept, _generation_config(req.sampling, capacity), stream=True), {"dropped_messages": dropped}
@@ -284,14 +284,18 @@ async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length", "")
     too_large = declared.isdigit() and int(declared) > limit
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            too_large = True
-            if size > 16 * limit:
-                break
-        elif not too_large:
-            chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                too_large = True
+                if size > 16 * limit:
+                    break
+            elif not too_large:
+                chunks.append(chunk)
+    except ClientDisconnect:  # nobody will read the answer; say why in the access log's status
+        raise APIError(400, "The client disconnected while sending the request.", code="client_disconnected") \
+            from None
     if too_large:
         raise APIError(413, f"The request body is larger than this server's limit of {limit} bytes; send a shorter "
                             "conversation.", code="request_too_large")

@@ -137,6 +137,8 @@ class Worker:
 
     def _run(self, job: Job) -> str:
         """Serve one job; returns 'served', 'cancelled' or 'failed'. Never raises: a bug fails one request only."""
+        if job.cancelled.is_set():  # its client left just as it was taken from the queue
+            return "cancelled"
         try:
             try:
                 events, info = job.start(self.engine)
