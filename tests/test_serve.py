@@ -637,3 +637,18 @@ def test_readme_serve_examples_work_verbatim_against_demo(demo_bundle: Path, tmp
         assert '"chat.completion.chunk"' in out.stdout
     finally:
         assert server.stop() == 0
+
+
+def test_a_sampled_reply_may_fill_the_bundles_whole_context(demo_bundle: Path) -> None:
+    """Found by serving (a request without max_tokens runs until the context is full): at the bundle's full
+    context, a padded 1-token pass at the last position went past the graph's rotary table and ONNX Runtime
+    failed; the last position now runs unpadded. Sampled steps draft less, so they reach it with one token."""
+    engine = Engine.load(demo_bundle)
+    cap = engine.plan.max_context
+    assert cap == engine.manifest.target.max_context and engine.manifest.target.batch_invariant_rows == 2
+    ids = engine.tokenizer.encode("x = 1\n" * cap).ids[:cap - 40]
+    for seed in (0, 1, None, "greedy"):
+        sampling = {"temperature": 0.0} if seed == "greedy" else {"temperature": 1.0, "seed": seed}
+        with pytest.warns(RuntimeWarning, match="context is full"):
+            r = engine.generate(ids, max_new_tokens=cap, config={"stop_token_ids": ()}, **sampling)
+        assert r.finish_reason == "context_full" and len(engine.context) == cap + 1

@@ -161,7 +161,9 @@ class ModelSession:
         self.ids[0, :k] = tokens
         rows = k
         if k < self.min_rows:  # pad to the batch-invariant pass size (see the class docstring)
-            rows = self.min_rows
+            # ... but not past the graph's last position (its rotary table ends at spec.max_context; ORT refuses
+            # longer passes): in a context of the bundle's full length the last position runs unpadded
+            rows = max(k, min(self.min_rows, self.spec.max_context - n))
             self.ids[0, k:rows] = self.ids[0, k - 1]
         if self._fast is not None:
             c_io, c_sess, cpu = self._fast
