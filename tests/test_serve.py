@@ -217,11 +217,12 @@ def test_long_conversations_drop_old_turns_or_say_context_length_exceeded(served
     with pytest.raises(openai.BadRequestError) as exc:
         client.completions.create(model=NAME, prompt="x = 1 + 2 + 3 " * 200, max_tokens=8)
     assert exc.value.code == "context_length_exceeded" and "shorten" in exc.value.message
-    assert client.chat.completions.create(model=NAME, messages=CHATS[0], max_tokens=4).choices[0].message.content
+    assert client.chat.completions.create(model=NAME, messages=CHATS[0], max_tokens=4,
+                                          temperature=0).choices[0].message.content
 
 
 # ------------------------------------------------------------------------------ bad input: 4xx, never a traceback
-OK = {"model": NAME, "messages": CHATS[0], "max_tokens": 4}
+OK = {"model": NAME, "messages": CHATS[0], "max_tokens": 4, "temperature": 0}  # greedy: a known, non-empty reply
 DEEP = b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
 BAD = [  # (what, path, body, status, code, param)
     ("invalid JSON", "/v1/chat/completions", b'{"messages": [', 400, "invalid_json", None),
@@ -309,7 +310,8 @@ def test_bad_input_through_the_openai_client(client: openai.OpenAI) -> None:
     assert "serves 'toy'" in exc.value.message
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "x"}], n=3)
-    assert client.chat.completions.create(model=NAME, messages=CHATS[0], max_tokens=4).choices[0].message.content
+    assert client.chat.completions.create(model=NAME, messages=CHATS[0], max_tokens=4,
+                                          temperature=0).choices[0].message.content
 
 
 def test_oversized_body_without_content_length(served: LiveServer) -> None:
@@ -421,8 +423,10 @@ def test_client_that_leaves_cancels_its_generation_and_the_engine_stays_consiste
         assert engine.context[st.prompt_tokens:] == list(full.token_ids[:st.tokens])
 
         # a non-streaming client that gives up while its generation runs, and one that gives up while it waits
+        gated.delay = 0.2  # the greedy reply takes > 40 tokens, so > 2 s at several tokens a step
         with pytest.raises(openai.APITimeoutError):
-            live.client(timeout=0.5).chat.completions.create(model=NAME, messages=messages, max_tokens=120)
+            live.client(timeout=0.5).chat.completions.create(model=NAME, messages=messages, max_tokens=120,
+                                                             temperature=0)
         _until(lambda: live.health()["cancelled"] == 2, "the running generation is cancelled")
         gated.gate.clear()
         out: dict[str, Any] = {}
