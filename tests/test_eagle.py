@@ -184,3 +184,47 @@ def test_eagle_export_refuses_a_head_of_another_target(eagle_pair, tmp_path: Pat
                                                                           [0, 2, 9]}}))
     with pytest.raises(ExportError, match="reads layer 9 but the target has 3 layers"):
         export_bundle(str(target), str(bad), tmp_path / "o", opts, progress=None)
+
+
+def _tiny_data():
+    from edge_spec.distill.data import DataConfig
+
+    return DataConfig(batch=6, self_instruct=6, max_jobs=4, max_new_tokens=12, heldout_percent=30, eval_prompts=4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_a_gguf_alone_then_a_head_distilled_for_it(arch: str, tmp_path: Path):
+    """A GGUF exports alone (a lookup-only bundle); distill trains a head for it deterministically; exporting again
+    with the head gives a bundle whose greedy speculative output equals greedy AR."""
+    from dataclasses import replace
+
+    from safetensors.numpy import load_file
+    from test_gguf_archs import LAYERS, write_arch_gguf
+
+    from edge_spec.distill import DistillConfig, distill
+    from edge_spec.distill.eagle_train import EagleTrainConfig
+    from edge_spec.runtime.engine import Engine
+
+    if arch == "llama":
+        target = write_tiny_gguf(tmp_path / "llama.gguf", "llama", 3, seed=1)
+    else:
+        target = write_arch_gguf(tmp_path / "gemma3.gguf", "gemma3", LAYERS["gemma3"], seed=1)
+    opts = ExportOptions(max_context=64, measure_memory=False, trim_vocab=None)
+    alone = export_bundle(str(target), None, tmp_path / "alone", opts, progress=None)
+    assert alone.drafter is None and alone.target.feature_layers is None and "drafter" not in alone.sources
+    engine = Engine.load(tmp_path / "alone", max_context=64)
+    assert engine.plan.mode == "lookup"
+    assert len(engine.generate("hello world", {"max_new_tokens": 8, "stop_token_ids": ()}).token_ids) == 8
+
+    cfg = DistillConfig(target=target, out=tmp_path / "head", seed=1, threads=1, kind="eagle3", data=_tiny_data(),
+                        eagle=EagleTrainConfig(steps=3, batch_seqs=4, eval_every=3, draft_vocab=64, max_len=48,
+                                               eval_batch=4))
+    distill(cfg, lambda _m: None)
+    distill(replace(cfg, out=tmp_path / "again"), lambda _m: None)
+    a, b = load_file(str(tmp_path / "head/model.safetensors")), load_file(str(tmp_path / "again/model.safetensors"))
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+    m = export_bundle(str(target), str(tmp_path / "head"), tmp_path / "bundle", opts, progress=None)
+    assert m.drafter.kind == "eagle3" and m.vocab_trim.kept == 64
+    assert_greedy_sd_equals_ar(Engine.load(tmp_path / "bundle", max_context=64), 12)
