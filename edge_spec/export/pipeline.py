@@ -335,8 +335,10 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint |
                "calibration_prompts": len(prompts) if trim else 0,
                "trim_share": opts.trim_share if opts.trim_vocab == "auto" else None,
                **({"shared_embedding": shared} if shared else {})},
-        shared_initializers=tuple(shared_inits),
+        shared_initializers=tuple(shared_inits), sampling=recommended_sampling(t_ckpt),
     )
+    if manifest.sampling:
+        say(f"[chat] the model recommends sampling with {manifest.sampling} (edge-spec chat's defaults)")
     write_manifest(tmp, manifest)
     return manifest
 
@@ -442,6 +444,41 @@ def _tokenizers(t_ckpt: Source, d_ckpt: Source | None, tok_dir: Path, cache: Pat
     bos = t_ckpt.gguf.special_ids.get("bos", spec.bos_token_id)
     return TokenizerSpec(files=spec.files, vocab_size=spec.vocab_size, bos_token_id=bos, stop_token_ids=stops,
                          special_token_ids=spec.special_token_ids, chat=spec.chat)
+
+
+_GGUF_SAMPLING = {"general.sampling.temp": "temperature", "general.sampling.top_k": "top_k",
+                  "general.sampling.top_p": "top_p", "general.sampling.min_p": "min_p"}
+
+
+def recommended_sampling(src: Source) -> dict[str, Any] | None:
+    """The model's own sampling settings: a GGUF's ``general.sampling.*`` keys (llama.cpp's converter writes them
+    from the model's generation config), or an HF ``generation_config.json`` with ``do_sample: true``; None when the
+    source carries none (then ``edge-spec chat`` uses llama.cpp's defaults)."""
+    out: dict[str, Any] = {}
+    if isinstance(src, own_build.Source) and src.gguf is not None:
+        for key, name in _GGUF_SAMPLING.items():
+            if key in src.gguf.metadata:
+                out[name] = float(src.gguf.metadata[key]) if name != "top_k" else int(src.gguf.metadata[key])
+        source = "gguf"
+    elif isinstance(src, build.Checkpoint) and (src.path / "generation_config.json").is_file():
+        try:
+            gen = json.loads((src.path / "generation_config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            gen = {}
+        if gen.get("do_sample"):
+            for name, cast in (("temperature", float), ("top_k", int), ("top_p", float), ("min_p", float)):
+                if isinstance(gen.get(name), (int, float)) and not isinstance(gen.get(name), bool):
+                    out[name] = cast(gen[name])
+        source = "generation_config.json"
+    if not out:
+        return None
+    from edge_spec.runtime.sampling import SamplingConfig
+
+    try:
+        SamplingConfig(**out)
+    except EdgeSpecError:
+        return None  # settings we cannot apply are not a recommendation
+    return {**out, "source": source}
 
 
 def _sha(src: Source) -> str:
