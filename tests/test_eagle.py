@@ -228,3 +228,53 @@ def test_a_gguf_alone_then_a_head_distilled_for_it(arch: str, tmp_path: Path):
     m = export_bundle(str(target), str(tmp_path / "head"), tmp_path / "bundle", opts, progress=None)
     assert m.drafter.kind == "eagle3" and m.vocab_trim.kept == 64
     assert_greedy_sd_equals_ar(Engine.load(tmp_path / "bundle", max_context=64), 12)
+
+
+def test_published_llama3_heads_get_transformers_rope_scaling():
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from edge_spec.export.eagle_graph import llama3_rope_factors
+
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}
+    cfg = {"rope_scaling": scaling, "rope_theta": 500000.0, "head_dim": 128, "hidden_size": 4096,
+           "num_attention_heads": 32}
+    factors = np.array(llama3_rope_factors(cfg))
+    inv, _ = ROPE_INIT_FUNCTIONS["llama3"](LlamaConfig(**cfg, max_position_embeddings=131072), "cpu")
+    base = 1.0 / 500000.0 ** (np.arange(0, 128, 2) / 128)
+    np.testing.assert_allclose(base / factors, inv.numpy(), rtol=1e-6)
+    assert llama3_rope_factors({**cfg, "rope_scaling": None}) is None
+
+
+@pytest.mark.slow
+def test_a_head_in_specforge_layout_exports_like_ours(eagle_pair, tmp_path: Path):
+    """A published head: no edge-spec metadata, no target_hidden_size, an embed_tokens.weight of its own (ignored:
+    the target's is used), a .bin-free safetensors file with a 'model.' prefix on some keys."""
+    from safetensors.numpy import load_file, save_file
+
+    from edge_spec.runtime.session import ModelSession, shared_initializers
+
+    target, head_dir, head = eagle_pair
+    pub = tmp_path / "published"
+    pub.mkdir()
+    raw = json.loads((head_dir / "config.json").read_text())
+    raw.pop("edge_spec_drafter")
+    raw.pop("target_hidden_size")
+    (pub / "config.json").write_text(json.dumps(raw))
+    tensors = load_file(str(head_dir / "model.safetensors"))
+    tensors = {("model." + k if k.startswith("midlayer.mlp") else k): v for k, v in tensors.items()}
+    tensors["embed_tokens.weight"] = np.zeros((head.c.vocab, HIDDEN), np.float16)
+    save_file(tensors, str(pub / "model.safetensors"))
+    opts = ExportOptions(trim_vocab=None, max_context=64, measure_memory=False)
+    outs = {}
+    for name, src in (("ours", head_dir), ("published", pub)):
+        out = tmp_path / f"bundle-{name}"
+        m = export_bundle(str(target), str(src), out, opts, progress=None)
+        shared = shared_initializers(out, m)
+        kw = dict(providers=["CPUExecutionProvider"], device="cpu", capacity=32, max_rows=8, initializers=shared)
+        t = ModelSession(out / m.target.graph, m.target, features=True, **kw)
+        t.forward(np.array([1, 60, 61, 62]))
+        d = ModelSession(out / m.drafter.graph, m.drafter, **kw)
+        outs[name] = d.forward(np.array([60, 61, 62]), t.features[:3].copy()).copy()
+    np.testing.assert_array_equal(outs["ours"], outs["published"])
