@@ -23,7 +23,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from edge_spec.errors import BundleError
+from edge_spec.errors import BundleError, EdgeSpecError
 
 MANIFEST_NAME = "edge_spec.json"
 FORMAT = "edge-spec-bundle"
@@ -186,6 +186,9 @@ class Manifest:
     version: int = SCHEMA_VERSION
     notes: dict[str, Any] = field(default_factory=dict)  # export report (timings, kept share, ...)
     shared_initializers: tuple[SharedInitializer, ...] = ()  # loaded once for both sessions (absent: none)
+    # The model's own recommended sampling settings (HF generation_config.json, GGUF general.sampling.*):
+    # a subset of temperature / top_k / top_p / min_p, plus "source". None: the source carries none.
+    sampling: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -341,7 +344,16 @@ def manifest_from_json(data: Any) -> Manifest:
             drafter.feature_layers != target.feature_layers or drafter.feature_dim != target.feature_dim):
         raise BundleError(f"The drafter reads the target's layers {drafter.feature_layers} but the target outputs "
                           f"{target.feature_layers or 'none'}; the manifest does not match its graphs, re-export it.")
+    sampling = data.get("sampling")
+    if sampling is not None:
+        try:
+            from edge_spec.runtime.sampling import SamplingConfig
+
+            SamplingConfig(**{k: v for k, v in sampling.items() if k != "source"})
+        except (AttributeError, TypeError, EdgeSpecError) as exc:
+            raise BundleError(f"The manifest field 'sampling' is malformed ({exc}); re-export the bundle.") from None
     return Manifest(
+        sampling=sampling,
         target=target,
         drafter=drafter,
         tokenizer=tok,

@@ -98,3 +98,39 @@ def test_follow_up_turn_reuses_kv_on_smollm2_template(demo_bundle: Path, tmp_pat
     st = engine.last_stats
     assert st.prompt_tokens == len(tok.apply_chat_template(msgs, add_generation_prompt=True, return_dict=False))
     assert st.reused_tokens >= prompt1  # the whole first prompt's KV (and usually the reply's) is reused
+
+
+@pytest.mark.slow
+def test_chat_samples_by_default_with_a_seed_that_replays(demo_bundle: Path) -> None:
+    """Like llama.cpp / ollama, chat samples by default (the model's settings, else llama.cpp's T 0.8, top-k 40,
+    top-p 0.95, min-p 0.05) with a fresh seed that /stats prints; that seed replays the conversation; --temperature 0
+    is greedy."""
+    script = "Write a function that adds two numbers.\nAnd one that multiplies them.\n/stats\n"
+    args = ["chat", str(demo_bundle), "--max-new-tokens", "24"]
+    first = _cli(args, script)
+    assert first.returncode == 0, first.stderr
+    line = re.search(r"sampling: (.*)", first.stdout).group(1)
+    assert "temperature 0.8, top-k 40, top-p 0.95, min-p 0.05 (llama.cpp's defaults where not given)" in line
+    seed = int(re.search(r"seed (\d+):", line).group(1))
+    replies = lambda out: re.findall(r"you> [^\n]*\n(.*?)\[\d+ tokens", out, re.S)  # noqa: E731
+    again = _cli([*args, "--seed", str(seed)], script)
+    assert len(replies(first.stdout)) == 2 and replies(again.stdout) == replies(first.stdout)
+    other = _cli([*args, "--seed", str(seed + 1)], script)
+    assert replies(other.stdout) != replies(first.stdout)  # the seed is what makes them equal
+    greedy = _cli([*args, "--temperature", "0"], script)
+    assert "sampling: greedy (--temperature 0)" in greedy.stdout
+    bad = _cli([*args, "--min-p", "1.5"], "")
+    assert bad.returncode != 0 and "must be in [0, 1)" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_recommended_sampling_comes_from_the_model(tmp_path: Path) -> None:
+    from edge_spec.export import build
+    from edge_spec.export.pipeline import recommended_sampling
+
+    (tmp_path / "generation_config.json").write_text(json.dumps({"do_sample": True, "temperature": 0.6,
+                                                                 "top_p": 0.9, "top_k": 20}))
+    ckpt = build.Checkpoint(name="m", path=tmp_path, config={}, architecture="LlamaForCausalLM")
+    assert recommended_sampling(ckpt) == {"temperature": 0.6, "top_k": 20, "top_p": 0.9,
+                                          "source": "generation_config.json"}
+    (tmp_path / "generation_config.json").write_text(json.dumps({"do_sample": False, "temperature": 0.6}))
+    assert recommended_sampling(ckpt) is None

@@ -232,3 +232,30 @@ def test_eagle3_head_is_deterministic_resumable_and_in_the_published_layout(tiny
     assert report["train"]["history"][0]["step"] == 0 and len(report["train"]["final"]["greedy"]) == 4
     with pytest.raises(EdgeSpecError, match="other settings"):
         distill(replace(_eagle(tiny_target, full), aux_layers=(1, 2, 3)), _quiet)
+
+
+def test_answers_file_keeps_the_ids_and_a_run_from_it_recomputes_the_teacher(tiny_target, tmp_path):
+    from edge_spec.distill import ids
+
+    first = tmp_path / "first"
+    distill(_eagle(tiny_target, first, steps=2), _quiet)
+    packed = first / "data" / "answers.npz"
+    train, held = load_sequences([first / "data" / s for s in json.loads(
+        (first / "data" / "done.json").read_text())["shards"]] + sorted((first / "data").glob("eval_*.npz")))
+    r_train, r_held, meta = ids.read(packed)
+    assert [s.ids.tolist() for s in r_train] == [s.ids.tolist() for s in train]
+    assert [(s.prompt_len, s.temp) for s in r_held] == [(s.prompt_len, s.temp) for s in held]
+    assert meta["target_sha256"] == file_sha256(tiny_target)
+    assert packed.stat().st_size < 4 * sum(len(s.ids) for s in train + held) + 4096  # ids, not logits
+    ids.teacher_targets(load_target(tiny_target).model, r_train, 32, log=_quiet)
+    same = sum(int((a.topk_ids[:, 0] == b.topk_ids[:, 0]).sum()) for a, b in zip(r_train, train))
+    assert same >= 0.99 * sum(len(s.topk_ids) for s in train)  # teacher-forced == what generation stored
+    for a, b in zip(r_train, train):
+        np.testing.assert_allclose(a.lse, b.lse, rtol=1e-3, atol=1e-3)
+
+    second = tmp_path / "second"
+    report = distill(replace(_eagle(tiny_target, second, steps=2), answers=packed), _quiet)
+    assert not (second / "data").exists() and (second / "model.safetensors").exists()
+    assert report["data"]["train_tokens"] == sum(len(s.ids) - s.prompt_len for s in train)
+    with pytest.raises(EdgeSpecError, match="not an answers file"):
+        distill(replace(_eagle(tiny_target, tmp_path / "third"), answers=first / "distill.json"), _quiet)

@@ -184,3 +184,97 @@ def test_eagle_export_refuses_a_head_of_another_target(eagle_pair, tmp_path: Pat
                                                                           [0, 2, 9]}}))
     with pytest.raises(ExportError, match="reads layer 9 but the target has 3 layers"):
         export_bundle(str(target), str(bad), tmp_path / "o", opts, progress=None)
+
+
+def _tiny_data():
+    from edge_spec.distill.data import DataConfig
+
+    return DataConfig(batch=6, self_instruct=6, max_jobs=4, max_new_tokens=12, heldout_percent=30, eval_prompts=4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_a_gguf_alone_then_a_head_distilled_for_it(arch: str, tmp_path: Path):
+    """A GGUF exports alone (a lookup-only bundle); distill trains a head for it deterministically; exporting again
+    with the head gives a bundle whose greedy speculative output equals greedy AR."""
+    from dataclasses import replace
+
+    from safetensors.numpy import load_file
+    from test_gguf_archs import LAYERS, write_arch_gguf
+
+    from edge_spec.distill import DistillConfig, distill
+    from edge_spec.distill.eagle_train import EagleTrainConfig
+    from edge_spec.runtime.engine import Engine
+
+    if arch == "llama":
+        target = write_tiny_gguf(tmp_path / "llama.gguf", "llama", 3, seed=1)
+    else:
+        target = write_arch_gguf(tmp_path / "gemma3.gguf", "gemma3", LAYERS["gemma3"], seed=1)
+    opts = ExportOptions(max_context=64, measure_memory=False, trim_vocab=None)
+    alone = export_bundle(str(target), None, tmp_path / "alone", opts, progress=None)
+    assert alone.drafter is None and alone.target.feature_layers is None and "drafter" not in alone.sources
+    engine = Engine.load(tmp_path / "alone", max_context=64)
+    assert engine.plan.mode == "lookup"
+    assert len(engine.generate("hello world", {"max_new_tokens": 8, "stop_token_ids": ()}).token_ids) == 8
+
+    cfg = DistillConfig(target=target, out=tmp_path / "head", seed=1, threads=1, kind="eagle3", data=_tiny_data(),
+                        eagle=EagleTrainConfig(steps=3, batch_seqs=4, eval_every=3, draft_vocab=64, max_len=48,
+                                               eval_batch=4))
+    distill(cfg, lambda _m: None)
+    distill(replace(cfg, out=tmp_path / "again"), lambda _m: None)
+    a, b = load_file(str(tmp_path / "head/model.safetensors")), load_file(str(tmp_path / "again/model.safetensors"))
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+    m = export_bundle(str(target), str(tmp_path / "head"), tmp_path / "bundle", opts, progress=None)
+    assert m.drafter.kind == "eagle3" and m.vocab_trim.kept == 64
+    assert_greedy_sd_equals_ar(Engine.load(tmp_path / "bundle", max_context=64), 12)
+
+
+def test_published_llama3_heads_get_transformers_rope_scaling():
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from edge_spec.export.eagle_graph import llama3_rope_factors
+
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}
+    cfg = {"rope_scaling": scaling, "rope_theta": 500000.0, "head_dim": 128, "hidden_size": 4096,
+           "num_attention_heads": 32}
+    factors = np.array(llama3_rope_factors(cfg))
+    inv, _ = ROPE_INIT_FUNCTIONS["llama3"](LlamaConfig(**cfg, max_position_embeddings=131072), "cpu")
+    base = 1.0 / 500000.0 ** (np.arange(0, 128, 2) / 128)
+    np.testing.assert_allclose(base / factors, inv.numpy(), rtol=1e-6)
+    assert llama3_rope_factors({**cfg, "rope_scaling": None}) is None
+
+
+@pytest.mark.slow
+def test_a_head_in_specforge_layout_exports_like_ours(eagle_pair, tmp_path: Path):
+    """A published head: no edge-spec metadata, no target_hidden_size, an embed_tokens.weight of its own (ignored:
+    the target's is used), a .bin-free safetensors file with a 'model.' prefix on some keys."""
+    from safetensors.numpy import load_file, save_file
+
+    from edge_spec.runtime.session import ModelSession, shared_initializers
+
+    target, head_dir, head = eagle_pair
+    pub = tmp_path / "published"
+    pub.mkdir()
+    raw = json.loads((head_dir / "config.json").read_text())
+    raw.pop("edge_spec_drafter")
+    raw.pop("target_hidden_size")
+    (pub / "config.json").write_text(json.dumps(raw))
+    tensors = load_file(str(head_dir / "model.safetensors"))
+    tensors = {("model." + k if k.startswith("midlayer.mlp") else k): v for k, v in tensors.items()}
+    tensors["embed_tokens.weight"] = np.zeros((head.c.vocab, HIDDEN), np.float16)
+    save_file(tensors, str(pub / "model.safetensors"))
+    opts = ExportOptions(trim_vocab=None, max_context=64, measure_memory=False)
+    outs = {}
+    for name, src in (("ours", head_dir), ("published", pub)):
+        out = tmp_path / f"bundle-{name}"
+        m = export_bundle(str(target), str(src), out, opts, progress=None)
+        shared = shared_initializers(out, m)
+        kw = dict(providers=["CPUExecutionProvider"], device="cpu", capacity=32, max_rows=8, initializers=shared)
+        t = ModelSession(out / m.target.graph, m.target, features=True, **kw)
+        t.forward(np.array([1, 60, 61, 62]))
+        d = ModelSession(out / m.drafter.graph, m.drafter, **kw)
+        outs[name] = d.forward(np.array([60, 61, 62]), t.features[:3].copy()).copy()
+    np.testing.assert_array_equal(outs["ours"], outs["published"])

@@ -427,3 +427,38 @@ def test_rejection_rule_accepts_at_least_as_many_drafts_as_the_coupling():
             accepted += sum(s.accepted for s in steps)
         acc[rule] = accepted / drafted
     assert acc["rejection"] > acc["coupled"], acc
+
+
+def test_min_p_keeps_tokens_within_a_factor_of_the_likeliest():
+    from edge_spec.runtime.sampling import probs
+
+    logits = np.log(np.array([[0.5, 0.3, 0.1, 0.06, 0.04]]))
+    p = probs(logits, SamplingConfig(1.0, 0, 1.0, 0.15))[0]  # keep p >= 0.075: the first three
+    np.testing.assert_allclose(p, [0.5 / 0.9, 0.3 / 0.9, 0.1 / 0.9, 0, 0], rtol=1e-9)
+    with pytest.raises(Exception, match="min_p=1.5 must be a number in"):
+        SamplingConfig(1.0, 0, 1.0, 1.5)
+
+
+@pytest.mark.parametrize("rule", ["coupled", "rejection"])
+def test_min_p_speculative_sampling_follows_p(rule):
+    """With min-p (and the other filters) drafts are judged against the same transformed p: chi-square on the first
+    token, seeded (coupled race) and unseeded (rejection rule)."""
+    from scipy.stats import chisquare
+
+    from edge_spec.runtime.sampling import probs
+
+    cfg = SamplingConfig(0.9, 8, 0.97, 0.05)
+    table_t, table_d = table_logits(0), table_logits(5, 1.5)
+    p = probs(table_t[2, 3][None], cfg)[0]
+    n = 2000
+    counts = np.zeros(V)
+    drafted = 0
+    for seed in range(n):
+        dec = Decoder(FakeModel(table_t), FakeModel(table_d), max_gamma=3)
+        out, steps = run(dec, [2, 3], cfg, gamma=3, max_new=4, seed=seed, rule=rule)
+        counts[out[0]] += 1
+        drafted += steps[0].gamma
+    assert drafted == 3 * n  # the first token always came out of a verify of 3 drafts
+    assert counts[p == 0].sum() == 0  # min-p / top-k / top-p removed tokens never appear
+    keep = p > 0
+    assert chisquare(counts[keep], p[keep] * n).pvalue > 1e-3

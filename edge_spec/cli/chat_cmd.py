@@ -23,6 +23,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "after each reply.\n\n" + HELP,
         examples="""
   edge-spec chat                                   # the demo pair, exported on first run
+  edge-spec chat --temperature 0                   # greedy (default: sampling, like llama.cpp)
   edge-spec chat bundles/qwen --memory-budget 600MB --temperature 0.7 --seed 1
   printf 'hello\\n/stats\\n' | edge-spec chat bundles/qwen > transcript.txt
   edge-spec chat bundles/qwen --max-context 1024 --system "Answer briefly."   # long chats drop old turns""")
@@ -31,21 +32,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-context", type=common.positive_int, metavar="N",
                    help="most tokens the conversation may hold (default: the bundle's, or what the memory budget "
                         "allows); when it is full the oldest turns are dropped, the system prompt kept")
-    common.add_sampling_options(p)
+    common.add_sampling_options(p, chat=True)
     common.add_load_options(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
+    import secrets
+
     from edge_spec import demo
 
-    cfg = common.generation_config(args)
+    common.generation_config(args)  # bad flags fail before anything is loaded
     err = common.Console(sys.stderr)
     bundle = demo.resolve_bundle(args.bundle or demo.DEMO_NAME,
                                  progress=lambda msg: err.line(err.dim(f"edge-spec: {msg}")))
     engine = common.load_engine(args, bundle)
     if engine.manifest.tokenizer.chat is None:
         raise EdgeSpecError(f"The bundle '{bundle}' has no chat format; use 'edge-spec generate' for plain prompts.")
+    cfg = common.generation_config(args, engine.manifest.sampling)  # the model's own settings, else llama.cpp's
+    if not cfg.sampling.greedy and cfg.seed is None:  # a seed the user can replay: /stats shows it
+        cfg = dataclasses.replace(cfg, seed=secrets.randbelow(2**31))
     return Chat(engine, cfg, args.system, common.Console(sys.stdout)).loop(bundle)
 
 
@@ -147,6 +154,16 @@ class Chat:
         self.out.line(self.out.dim(common.stats_line(self.engine.last_stats, current_rss(),
                                                      self.cfg.speculative and self.engine.plan.mode != "ar") + note))
 
+    def sampling_line(self) -> str:
+        c = self.cfg
+        if c.sampling.greedy:
+            return "greedy (--temperature 0)"
+        src = (self.engine.manifest.sampling or {}).get("source")
+        origin = f"the model's recommended settings ({src}) where not given" if src else \
+            "llama.cpp's defaults where not given"
+        return (f"temperature {c.temperature:g}, top-k {c.top_k}, top-p {c.top_p:g}, min-p {c.min_p:g} ({origin}); "
+                f"seed {c.seed}: --seed {c.seed} with the same messages replays this conversation")
+
     def session_stats(self) -> str:
         from edge_spec.runtime.memory import current_rss, peak_rss
 
@@ -165,5 +182,6 @@ class Chat:
             f"plan: {plan.mode}, draft length <= {plan.draft_length}, {common.mib(plan.total_bytes)} planned, "
             f"{budget}; devices target={e.devices['target']} drafter={e.devices['drafter']}",
             f"memory: RSS {common.mib(current_rss())} now, peak {common.mib(max(peak_rss(), current_rss()))}",
+            f"sampling: {self.sampling_line()}",
         ]
         return "\n".join(lines)

@@ -111,11 +111,44 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
                         "when other work shares the cores (default off)")
 
 
-def add_sampling_options(p: argparse.ArgumentParser, max_new_tokens: int = 256) -> None:
+# llama.cpp's default sampler settings (common/common.h), which llama-cli, llama-server and ollama-style apps use
+LLAMA_CPP_SAMPLING = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
+_SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
+
+
+def min_p(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1) (0 turns it off), not {text}")
+    return value
+
+
+def add_sampling_options(p: argparse.ArgumentParser, max_new_tokens: int = 256, chat: bool = False) -> None:
+    """Sampling flags. ``generate`` is greedy unless told otherwise (scripts expect that); ``chat`` samples like
+    llama.cpp and ollama: the model's recommended settings, else llama.cpp's defaults (``None`` here = not given)."""
     g = p.add_argument_group("sampling")
-    g.add_argument("--temperature", type=temperature, default=0.0, metavar="T", help="0 = greedy (default)")
-    g.add_argument("--top-p", type=top_p, default=1.0, metavar="P", help="nucleus sampling mass (default 1 = off)")
-    g.add_argument("--top-k", type=nonneg_int, default=0, metavar="K", help="keep the K likeliest tokens (0 = off)")
+    if chat:
+        d = LLAMA_CPP_SAMPLING
+        g.add_argument("--temperature", type=temperature, metavar="T",
+                       help=f"0 = greedy; default: the model's recommended setting, else {d['temperature']} "
+                            "(llama.cpp's default); the chat samples with a fresh seed shown by /stats")
+        g.add_argument("--top-p", type=top_p, metavar="P", help=f"nucleus sampling mass (default {d['top_p']})")
+        g.add_argument("--top-k", type=nonneg_int, metavar="K",
+                       help=f"keep the K likeliest tokens (0 = off; default {d['top_k']})")
+        g.add_argument("--min-p", type=min_p, metavar="P",
+                       help=f"drop tokens below P x the likeliest one's probability (0 = off; default {d['min_p']})")
+    else:
+        g.add_argument("--temperature", type=temperature, default=0.0, metavar="T",
+                       help="0 = greedy (the default here, as scripts expect; edge-spec chat samples)")
+        g.add_argument("--top-p", type=top_p, default=1.0, metavar="P",
+                       help="nucleus sampling mass (default 1 = off)")
+        g.add_argument("--top-k", type=nonneg_int, default=0, metavar="K",
+                       help="keep the K likeliest tokens (0 = off)")
+        g.add_argument("--min-p", type=min_p, default=0.0, metavar="P",
+                       help="drop tokens below P x the likeliest one's probability (default 0 = off)")
     g.add_argument("--seed", type=nonneg_int, metavar="N",
                    help="random seed for sampling, >= 0: the same seed, prompt and settings give the same text "
                         "(default: fresh)")
@@ -128,12 +161,16 @@ def add_sampling_options(p: argparse.ArgumentParser, max_new_tokens: int = 256) 
                         "itself (default); model = the drafter only; lookup = prompt lookup only (no drafter loaded)")
 
 
-def generation_config(args: argparse.Namespace, **extra: Any) -> GenerationConfig:
-    """Validate the sampling options before anything is loaded."""
+def generation_config(args: argparse.Namespace, defaults: dict[str, Any] | None = None,
+                      **extra: Any) -> GenerationConfig:
+    """Validate the sampling options before anything is loaded; options not given take ``defaults``' values (then
+    llama.cpp's), and given ones win. With ``--temperature 0`` the other sampling settings do not matter."""
     from edge_spec.runtime.config import GenerationConfig
 
-    return GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                            top_p=args.top_p, seed=args.seed, speculative=not args.no_speculation, **extra)
+    base = {**LLAMA_CPP_SAMPLING, **{k: v for k, v in (defaults or {}).items() if k in _SAMPLING_KEYS}}
+    sampling = {**base, **{k: getattr(args, k) for k in _SAMPLING_KEYS if getattr(args, k, None) is not None}}
+    return GenerationConfig(max_new_tokens=args.max_new_tokens, seed=args.seed, speculative=not args.no_speculation,
+                            **sampling, **extra)
 
 
 def load_engine(args: argparse.Namespace, bundle: Any, prompt: Any = None, max_new_tokens: int | None = None) -> Engine:

@@ -29,15 +29,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                       "grow with the model).", 100),
         examples="""
   edge-spec export --target SmolLM2-135M-Instruct.Q4_1.gguf --drafter models/smollm2-drafter --out bundles/smol
+  edge-spec export --target model.gguf --out bundles/alone      # no drafter yet: prompt-lookup drafts
+  edge-spec export --target model.gguf --drafter my-eagle3-head --out bundles/fast   # from edge-spec distill
   edge-spec export --target models/demo/target --drafter models/demo/drafter --out bundles/demo
   edge-spec export --target Qwen/Qwen2.5-1.5B-Instruct --drafter Qwen/Qwen2.5-0.5B-Instruct \\
                    --out bundles/qwen --max-context 4096
   edge-spec export --target T --drafter D --out B --quant int8 --trim-vocab 8192 --force
   edge-spec export --target T --drafter D --out B --calibration prompts.txt   # your own domain""")
     p.add_argument("--target", required=True, metavar="DIR_OR_GGUF", help="target: FILE.gguf, checkpoint dir or hub id")
-    p.add_argument("--drafter", required=True, metavar="DIR_OR_GGUF",
-                   help="drafter (same tokenizer): FILE.gguf, an edge-spec distilled drafter dir, a checkpoint dir "
-                        "or hub id")
+    p.add_argument("--drafter", metavar="DIR_OR_GGUF",
+                   help="drafter (same tokenizer): FILE.gguf, an EAGLE-3 head dir (edge-spec distill --kind eagle3 "
+                        "or a published one), an edge-spec distilled drafter dir, a checkpoint dir or hub id; "
+                        "omitted: a bundle without a drafter model (prompt-lookup drafts)")
     p.add_argument("--out", required=True, metavar="BUNDLE_DIR", help="bundle directory to create")
     p.add_argument("--quant", metavar="PREC[:LEVEL]",
                    help="precision for both models: int4|int8|fp16|fp32, optional int4/int8 accuracy level "
@@ -92,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
                          gguf_mode=args.gguf_mode, kv_dtype={"fp16": "float16"}.get(args.kv_dtype, "float32"))
     m = export_bundle(args.target, args.drafter, args.out, opts)
     trim = f", drafter vocab {m.vocab_trim.kept}/{m.vocab_trim.full}" if m.vocab_trim else ""
-    print(f"Wrote bundle {args.out} (target {m.target.quantization.precision}, drafter "
-          f"{m.drafter.quantization.precision}{trim}) in {m.notes.get('export_seconds')}s.")
+    drafter = "no drafter" if m.drafter is None else \
+        f"{'EAGLE-3 ' if m.drafter.kind == 'eagle3' else ''}drafter {m.drafter.quantization.precision}{trim}"
+    print(f"Wrote bundle {args.out} (target {m.target.quantization.precision}, {drafter}) in "
+          f"{m.notes.get('export_seconds')}s.")
     return 0

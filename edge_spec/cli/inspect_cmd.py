@@ -68,6 +68,10 @@ def run(args: argparse.Namespace) -> int:
                  f"vocab {spec.vocab_size}/{spec.full_vocab_size}, context {spec.max_context}")
         out.line(f"           {quant}; weights {common.mib(spec.weight_bytes)} on disk, "
                  f"{common.mib(spec.load_bytes)} resident when loaded, KV {spec.kv_bytes_per_token} B/token")
+        if spec.feature_layers:
+            what = "EAGLE-3 head: reads" if spec.kind == "eagle3" else "outputs for the drafter"
+            out.line(f"           {what} the residual streams at layers {spec.feature_layers} "
+                     f"({spec.feature_dim} features per token)")
     vt = m.vocab_trim
     if vt is not None:
         out.line(f"  vocab    drafter keeps {vt.kept} of {vt.full} tokens ({vt.kept / vt.full:.1%}), covering "

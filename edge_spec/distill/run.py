@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from edge_spec.distill import ids as ids_mod
 from edge_spec.distill.card import render_card
 from edge_spec.distill.data import DataConfig, generate_data, generate_eval, load_sequences, shard_seconds
 from edge_spec.distill.drafter import build_drafter, save_drafter, spread_layers
@@ -35,6 +36,7 @@ class DistillConfig:
     kind: str = "layers"  # "layers": N of the target's layers | "eagle3": one layer on the target's features
     layers: int = 2
     aux_layers: tuple[int, ...] | None = None  # eagle3: which residual streams it reads (default 2, L/2, L)
+    answers: Path | None = None  # train on these target-written ids (an answers.npz) instead of generating
     layers_from: tuple[int, ...] | None = None  # target layers to start from; default: evenly spaced
     threads: int | None = None
     data_only: bool = False
@@ -96,15 +98,30 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
     what = f"drafter from layers {layers_from}" if cfg.kind == "layers" else "an EAGLE-3 head"
     log(f"target: {n_target} layers, hidden {target.model.config.hidden_size}, sha256 {target.sha256[:16]}; {what}")
 
-    data_budget = cfg.minutes * 60 * cfg.data_share if cfg.minutes else None
-    shards = generate_data(target, data_cfg, cfg.out / "data", data_budget, log)
-    shards += generate_eval(target, data_cfg, cfg.out / "data", log)
-    data_seconds = shard_seconds(cfg.out / "data")
-    train_seqs, held_seqs = load_sequences(shards)
+    if cfg.answers is not None:  # ids only: the teacher's targets are recomputed, nothing is generated
+        train_seqs, held_seqs, info = ids_mod.read(Path(cfg.answers))
+        if info.get("target_sha256") not in (None, target.sha256):
+            raise EdgeSpecError(f"'{cfg.answers}' holds answers written by another target (sha256 "
+                                f"{str(info['target_sha256'])[:12]}...); pass the answers of '{cfg.target}'.")
+        ids_mod.teacher_targets(target.model, train_seqs + held_seqs, data_cfg.top_k, log=log)
+        shards, data_seconds = [Path(cfg.answers)], 0.0
+    else:
+        data_budget = cfg.minutes * 60 * cfg.data_share if cfg.minutes else None
+        shards = generate_data(target, data_cfg, cfg.out / "data", data_budget, log)
+        shards += generate_eval(target, data_cfg, cfg.out / "data", log)
+        data_seconds = shard_seconds(cfg.out / "data")
+        train_seqs, held_seqs = load_sequences(shards)
+        packed = cfg.out / "data" / "answers.npz"
+        if train_seqs and held_seqs and not packed.exists():  # the durable, compact form of the data
+            ids_mod.pack(train_seqs, held_seqs, packed, {"target_sha256": target.sha256,
+                                                         "generation_seconds": round(data_seconds, 1),
+                                                         "shards": [p.name for p in shards]})
     if not train_seqs or not held_seqs:
         raise EdgeSpecError(f"The generated data in '{cfg.out / 'data'}' has {len(train_seqs)} training and "
                             f"{len(held_seqs)} held-out answers; give distill more --minutes (or more prompts).")
     data_stats = _data_stats(train_seqs, held_seqs, shards, data_seconds)
+    if cfg.answers is not None:
+        data_stats["answers"] = {"file": str(cfg.answers), "generation_seconds": info.get("generation_seconds")}
     log(f"data: {data_stats['train_tokens']:,} training / {data_stats['heldout_tokens']:,} held-out answer tokens "
         f"from {len(shards)} shards ({data_seconds:.0f}s of generation)")
     if cfg.data_only:

@@ -218,6 +218,25 @@ def eagle_weights(src: Any, bits: int | None, block_size: int, policy: Any) -> t
     return w, draft_to_target(cfg, sd), report
 
 
+def llama3_rope_factors(cfg: dict[str, Any]) -> tuple[float, ...] | None:
+    """Per-frequency divisors of a ``rope_scaling: {rope_type: llama3}`` config (transformers'
+    ``_compute_llama3_parameters``): published heads for Llama 3.1 targets carry it. None for other configs."""
+    rs = cfg.get("rope_scaling") or {}
+    if (rs.get("rope_type") or rs.get("type")) != "llama3":
+        return None
+    theta = float(cfg.get("rope_theta", 10000.0))
+    d = int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
+    inv = 1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+    factor = float(rs["factor"])
+    low, high = float(rs.get("low_freq_factor", 1.0)), float(rs.get("high_freq_factor", 4.0))
+    old = float(rs.get("original_max_position_embeddings", 8192))
+    wavelen = 2 * np.pi / inv
+    smooth = np.clip((old / wavelen - low) / (high - low), 0.0, 1.0)
+    new = np.where(wavelen < old / high, inv, np.where(wavelen > old / low, inv / factor,
+                                                         (1 - smooth) * inv / factor + smooth * inv))
+    return tuple(float(x) for x in inv / new)
+
+
 def build_eagle_role(src: Any, out_dir: Path, max_context: int, accuracy_level: int, bits: int | None,
                      block_size: int, mode: str, kv_dtype: str) -> tuple[Path, np.ndarray]:
     """Write ``out_dir/model.onnx`` for an EAGLE-3 head; returns (graph, draft->target ids). Fills ``src.report``."""
@@ -226,7 +245,10 @@ def build_eagle_role(src: Any, out_dir: Path, max_context: int, accuracy_level: 
     from edge_spec.export import own_build
 
     w, ids, src.report = eagle_weights(src, bits, block_size, own_build.Policy(mode, accuracy_level))
+    # the head's own attention sizes and rope (its config's base and llama3 scaling, as vLLM runs a published head),
+    # the target's embedding scale (Gemma)
     spec = own_build.graph_spec(src.config, max_context, accuracy_level, None)
-    spec = dataclasses.replace(spec, kv_dtype=kv_dtype, local_layers=None, embed_scale=own_build.graph_spec(
-        src.gguf.config, max_context, accuracy_level, src.gguf).embed_scale)
+    spec = dataclasses.replace(spec, kv_dtype=kv_dtype, local_layers=None, rope_factors=llama3_rope_factors(src.config),
+                               embed_scale=own_build.graph_spec(src.gguf.config, max_context, accuracy_level,
+                                                                src.gguf).embed_scale)
     return build_eagle(w, spec, out_dir / "model.onnx"), ids

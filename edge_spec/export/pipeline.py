@@ -183,16 +183,19 @@ def _finish(tmp: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def export_bundle(target: str, drafter: str, out: str | os.PathLike[str], options: ExportOptions | None = None,
+def export_bundle(target: str, drafter: str | None, out: str | os.PathLike[str], options: ExportOptions | None = None,
                   progress: Progress | None = _stderr) -> Manifest:
-    """Export ``target`` and ``drafter`` (local checkpoint dirs or hub ids) into the bundle ``out``."""
+    """Export ``target`` and ``drafter`` (local checkpoint dirs or hub ids) into the bundle ``out``.
+
+    ``drafter`` None: a bundle without a drafter model (drafts come from prompt lookup), as llama.cpp runs
+    any GGUF alone; a drafter trained for it later is added by exporting again with one."""
     opts = options or ExportOptions()
     say = progress or (lambda _msg: None)
     out = Path(out)
     for role, q in (("target", opts.target_quant), ("drafter", opts.drafter_quant)):
         build.check_precision(q.precision, opts.execution_provider, role)
     t_ckpt = _resolve(target, "target", opts, None)
-    d_ckpt = _resolve(drafter, "drafter", opts, t_ckpt)
+    d_ckpt = None if drafter is None else _resolve(drafter, "drafter", opts, t_ckpt)
     if isinstance(t_ckpt, build.Checkpoint) and isinstance(d_ckpt, build.Checkpoint):
         tokenizer_check.check_same_tokenizer(t_ckpt.path, d_ckpt.path)  # GGUF tokenizers: checked at export
     prompts = calibrate.read_prompts(opts.calibration) if opts.calibration else list(calibrate.DEFAULT_PROMPTS)
@@ -245,7 +248,7 @@ def _timed(say: Progress, stage: str, what: str):
     return _T()
 
 
-def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint, opts: ExportOptions,
+def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint | None, opts: ExportOptions,
                  prompts: list[str], say: Progress) -> Manifest:
     started = time.perf_counter()
     t_cfg = t_ckpt.config
@@ -259,7 +262,9 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint, 
     own_drafter = isinstance(d_ckpt, own_build.Source)
     eagle = own_drafter and d_ckpt.kind == "eagle3"
     features = tuple(d_ckpt.config["eagle_aux_layers"]) if eagle else None  # what the target must output
-    for role, ckpt, q in (("target", t_ckpt, opts.target_quant), ("drafter", d_ckpt, opts.drafter_quant)):
+    roles = (("target", t_ckpt, opts.target_quant),) + (
+        (("drafter", d_ckpt, opts.drafter_quant),) if d_ckpt is not None else ())
+    for role, ckpt, q in roles:
         if role == "drafter" and own_drafter:
             continue  # built after VocabTrim chose its LM-head rows
         graphs[role] = _build_role(tmp, role, ckpt, q, opts, max_ctx, cache, say, features=features)
@@ -274,7 +279,7 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint, 
     if eagle:  # the head's draft vocabulary was chosen in training: its id map is the trim
         graphs["drafter"], trim = _build_eagle(tmp, d_ckpt, opts, max_ctx, graphs["target"], tok_dir, tok_spec,
                                                prompts, say)
-    elif opts.trim_vocab is not None:
+    elif opts.trim_vocab is not None and d_ckpt is not None:
         head = _head_size(t_cfg)
         with _timed(say, "calibrate", f"sampling {len(prompts)} prompts from the target graph"):
             counts = calibrate.target_token_counts(
@@ -295,17 +300,20 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint, 
                              lm_head_bytes_before=int(before), lm_head_bytes_after=int(after))
         say(f"[trim] kept {trim.kept}/{trim.full} tokens covering {trim.coverage:.1%} of "
             f"{trim.calibration_tokens} target tokens; LM head {before / 1e6:.2f} MB -> {after / 1e6:.2f} MB")
-    if "drafter" not in graphs:
+    if "drafter" not in graphs and d_ckpt is not None:
         graphs["drafter"] = _build_role(tmp, "drafter", d_ckpt, opts.drafter_quant, opts, max_ctx, cache, say)
     shutil.rmtree(cache, ignore_errors=True)
     for f in ("genai_config.json",) + TOKENIZER_FILES:  # the drafter dir holds only its graph (+ id map)
         (tmp / "drafter" / f).unlink(missing_ok=True)
-    shared = own_build.share_embedding(tmp / "target", tmp / "drafter", say)
+    shared = own_build.share_embedding(tmp / "target", tmp / "drafter", say) if d_ckpt is not None else None
+    if d_ckpt is None:
+        say("[build] no drafter: drafts will come from prompt lookup (add a drafter later by exporting again with "
+            "--drafter, e.g. one trained by edge-spec distill)")
     # mapped once and given to both sessions by the runtime; measured the same way
     shared_inits = own_build.shared_initializers(tmp) if shared else []
 
     specs = {}
-    for role, ckpt, q in (("target", t_ckpt, opts.target_quant), ("drafter", d_ckpt, opts.drafter_quant)):
+    for role, ckpt, q in roles:
         with _timed(say, "measure", f"{role} load and workspace memory"
                     + (" (next to the loaded target, as the runtime loads it)" if role == "drafter" else "")):
             beside = (tmp / "target" / "model.onnx", _head_size(t_cfg)) if role == "drafter" else None
@@ -319,15 +327,18 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint, 
         "[measure] target passes are NOT row-exact (int8-activation rounding differs by pass size): greedy "
         "speculative output may differ from plain decoding at near-ties")
     manifest = Manifest(
-        target=specs["target"], drafter=specs["drafter"], tokenizer=tok_spec, vocab_trim=trim,
-        sources={"target": SourceModel(t_ckpt.name, _sha(t_ckpt)), "drafter": SourceModel(d_ckpt.name, _sha(d_ckpt))},
+        target=specs["target"], drafter=specs.get("drafter"), tokenizer=tok_spec, vocab_trim=trim,
+        sources={"target": SourceModel(t_ckpt.name, _sha(t_ckpt)),
+                 **({"drafter": SourceModel(d_ckpt.name, _sha(d_ckpt))} if d_ckpt is not None else {})},
         created_by=f"edge-spec {__version__}", created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         notes={"export_seconds": round(time.perf_counter() - started, 2),
                "calibration_prompts": len(prompts) if trim else 0,
                "trim_share": opts.trim_share if opts.trim_vocab == "auto" else None,
                **({"shared_embedding": shared} if shared else {})},
-        shared_initializers=tuple(shared_inits),
+        shared_initializers=tuple(shared_inits), sampling=recommended_sampling(t_ckpt),
     )
+    if manifest.sampling:
+        say(f"[chat] the model recommends sampling with {manifest.sampling} (edge-spec chat's defaults)")
     write_manifest(tmp, manifest)
     return manifest
 
@@ -405,7 +416,7 @@ def _build_role(tmp: Path, role: str, ckpt: Source, q: Quant, opts: ExportOption
         return build.build_graph(ckpt, tmp / role, bopts, cache)
 
 
-def _tokenizers(t_ckpt: Source, d_ckpt: Source, tok_dir: Path, cache: Path) -> TokenizerSpec:
+def _tokenizers(t_ckpt: Source, d_ckpt: Source | None, tok_dir: Path, cache: Path) -> TokenizerSpec:
     """Write the bundle's tokenizer dir (from the target) and check the drafter tokenizes the same way."""
     tok_dir.mkdir()
     if isinstance(t_ckpt, own_build.Source):
@@ -415,7 +426,9 @@ def _tokenizers(t_ckpt: Source, d_ckpt: Source, tok_dir: Path, cache: Path) -> T
             if (t_ckpt.path / f).is_file():
                 shutil.copy2(t_ckpt.path / f, tok_dir / f)
     d_dir: Path | None = None
-    if isinstance(d_ckpt, build.Checkpoint):
+    if d_ckpt is None:
+        pass
+    elif isinstance(d_ckpt, build.Checkpoint):
         d_dir = d_ckpt.path
     elif d_ckpt.kind == "gguf":
         d_dir = cache / "drafter-tokenizer"
@@ -431,6 +444,41 @@ def _tokenizers(t_ckpt: Source, d_ckpt: Source, tok_dir: Path, cache: Path) -> T
     bos = t_ckpt.gguf.special_ids.get("bos", spec.bos_token_id)
     return TokenizerSpec(files=spec.files, vocab_size=spec.vocab_size, bos_token_id=bos, stop_token_ids=stops,
                          special_token_ids=spec.special_token_ids, chat=spec.chat)
+
+
+_GGUF_SAMPLING = {"general.sampling.temp": "temperature", "general.sampling.top_k": "top_k",
+                  "general.sampling.top_p": "top_p", "general.sampling.min_p": "min_p"}
+
+
+def recommended_sampling(src: Source) -> dict[str, Any] | None:
+    """The model's own sampling settings: a GGUF's ``general.sampling.*`` keys (llama.cpp's converter writes them
+    from the model's generation config), or an HF ``generation_config.json`` with ``do_sample: true``; None when the
+    source carries none (then ``edge-spec chat`` uses llama.cpp's defaults)."""
+    out: dict[str, Any] = {}
+    if isinstance(src, own_build.Source) and src.gguf is not None:
+        for key, name in _GGUF_SAMPLING.items():
+            if key in src.gguf.metadata:
+                out[name] = float(src.gguf.metadata[key]) if name != "top_k" else int(src.gguf.metadata[key])
+        source = "gguf"
+    elif isinstance(src, build.Checkpoint) and (src.path / "generation_config.json").is_file():
+        try:
+            gen = json.loads((src.path / "generation_config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            gen = {}
+        if gen.get("do_sample"):
+            for name, cast in (("temperature", float), ("top_k", int), ("top_p", float), ("min_p", float)):
+                if isinstance(gen.get(name), (int, float)) and not isinstance(gen.get(name), bool):
+                    out[name] = cast(gen[name])
+        source = "generation_config.json"
+    if not out:
+        return None
+    from edge_spec.runtime.sampling import SamplingConfig
+
+    try:
+        SamplingConfig(**out)
+    except EdgeSpecError:
+        return None  # settings we cannot apply are not a recommendation
+    return {**out, "source": source}
 
 
 def _sha(src: Source) -> str:

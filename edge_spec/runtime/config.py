@@ -25,6 +25,7 @@ class GenerationConfig:
     temperature: float = 0.0  # 0 = greedy
     top_k: int = 0
     top_p: float = 1.0
+    min_p: float = 0.0  # 0 = off
     seed: int | None = None
     stop: tuple[str, ...] = ()  # stop strings (not included in the text)
     stop_token_ids: tuple[int, ...] | None = None  # None = the bundle's stop tokens; () = none
@@ -55,11 +56,11 @@ class GenerationConfig:
         c = self.confidence_threshold
         if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 <= c <= 1):
             raise EdgeSpecError(f"confidence_threshold={c!r} must be None or a number in [0, 1].")
-        _ = self.sampling  # validates temperature / top_k / top_p
+        _ = self.sampling  # validates temperature / top_k / top_p / min_p
 
     @property
     def sampling(self) -> SamplingConfig:
-        return SamplingConfig(self.temperature, self.top_k, self.top_p)  # it checks types: no float('hot')
+        return SamplingConfig(self.temperature, self.top_k, self.top_p, self.min_p)  # checks types: no float('hot')
 
     @property
     def threshold(self) -> float:

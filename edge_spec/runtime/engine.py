@@ -115,25 +115,28 @@ class Engine:
     # ------------------------------------------------------------------ public calls
     def generate(self, prompt: str | Sequence[int], config: GenerationConfig | dict[str, Any] | None = None, *,
                  max_new_tokens: int | None = None, temperature: float | None = None, top_k: int | None = None,
-                 top_p: float | None = None, seed: int | None = None, stop: Sequence[str] | None = None,
+                 top_p: float | None = None, min_p: float | None = None, seed: int | None = None,
+                 stop: Sequence[str] | None = None,
                  speculative: bool | None = None, draft_length: int | None = None) -> Result:
         """Generate a completion of ``prompt`` (text, or token ids used as-is)."""
         cfg = _config(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                      seed=seed, stop=stop, speculative=speculative, draft_length=draft_length)
+                      min_p=min_p, seed=seed, stop=stop, speculative=speculative, draft_length=draft_length)
         return self._collect(self._run(self._encode(prompt), cfg))
 
     def stream(self, prompt: str | Sequence[int], config: GenerationConfig | dict[str, Any] | None = None, *,
                max_new_tokens: int | None = None, temperature: float | None = None, top_k: int | None = None,
-               top_p: float | None = None, seed: int | None = None, stop: Sequence[str] | None = None,
+               top_p: float | None = None, min_p: float | None = None, seed: int | None = None,
+               stop: Sequence[str] | None = None,
                speculative: bool | None = None, draft_length: int | None = None) -> Iterator[StreamEvent]:
         """Like :meth:`generate`, yielding a :class:`StreamEvent` per decode step. Breaking out is safe."""
         cfg = _config(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                      seed=seed, stop=stop, speculative=speculative, draft_length=draft_length)
+                      min_p=min_p, seed=seed, stop=stop, speculative=speculative, draft_length=draft_length)
         return self._run(self._encode(prompt), cfg)
 
     def chat(self, messages: Sequence[dict[str, str]], config: GenerationConfig | dict[str, Any] | None = None, *,
              stream: bool = False, max_new_tokens: int | None = None, temperature: float | None = None,
-             top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+             top_k: int | None = None, top_p: float | None = None, min_p: float | None = None,
+             seed: int | None = None,
              stop: Sequence[str] | None = None, speculative: bool | None = None,
              draft_length: int | None = None) -> Result | Iterator[StreamEvent]:
         """Render ``messages`` with the model's chat template (flattened at export) and answer as the assistant.
@@ -143,7 +146,7 @@ class Engine:
         and the tokens the engine holds (last prompt + reply) are prefilled. A reply that fills the
         context ends with finish_reason "context_full" (no warning: :meth:`fit_chat` makes room)."""
         cfg = _config(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                      seed=seed, stop=stop, speculative=speculative, draft_length=draft_length)
+                      min_p=min_p, seed=seed, stop=stop, speculative=speculative, draft_length=draft_length)
         events = self._run(self._encode(self.encode_chat(messages)), cfg, warn_full=False)
         return events if stream else self._collect(events)
 

@@ -1,7 +1,7 @@
 """Pure sampling functions: the logits transform, seeded sampling (:class:`Noise`), and the lossless verify rule.
 
 Notation (GUIDE §4): p = target distribution, q = drafter distribution. Both are produced by
-the *same* :func:`probs` transform (temperature, then top-k, then top-p) and sampled with the
+the *same* :func:`probs` transform (temperature, then top-k, top-p and min-p) and sampled with the
 same per-position noise, so a draft is accepted whenever the drafter's race picks the token the
 target's race picks. Sampled output depends on (seed, prompt, settings) only, never on γ.
 """
@@ -32,9 +32,12 @@ class SamplingConfig:
     temperature: float = 0.0  # 0 = greedy
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1 = off
+    min_p: float = 0.0  # 0 = off; else drop tokens below min_p x the likeliest token's probability
 
     def __post_init__(self) -> None:
-        t, k, tp = self.temperature, self.top_k, self.top_p
+        t, k, tp, mp = self.temperature, self.top_k, self.top_p, self.min_p
+        if not _is_number(mp) or not 0.0 <= mp < 1.0:
+            raise EdgeSpecError(f"min_p={mp!r} must be a number in [0, 1) (0 turns it off).")
         if not _is_number(t) or not 0 <= t < math.inf:
             raise EdgeSpecError(f"temperature={t!r} must be a finite number >= 0 (0 means greedy).")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
@@ -48,8 +51,10 @@ class SamplingConfig:
 
 
 def probs(logits: np.ndarray, cfg: SamplingConfig, out: np.ndarray | None = None) -> np.ndarray:
-    """Rows of logits ``[rows, V]`` -> rows of probabilities after temperature, top-k and top-p.
+    """Rows of logits ``[rows, V]`` -> rows of probabilities after temperature, top-k, top-p and min-p.
 
+    The order is transformers' (temperature first, then the filters); min-p keeps the tokens whose
+    probability is at least ``min_p`` times the likeliest one's (after the earlier filters).
     ``out`` (float32 or float64, same shape) is reused when given. Ties at the top-k / top-p cut
     are all kept, so the result is a deterministic function of the logits.
     """
@@ -67,6 +72,9 @@ def probs(logits: np.ndarray, cfg: SamplingConfig, out: np.ndarray | None = None
             cut = _nucleus_cut(row, cfg.top_p)
             row[row < cut] = 0.0
             row /= row.sum()
+    if cfg.min_p > 0.0:
+        out[out < cfg.min_p * out.max(axis=-1, keepdims=True)] = 0.0
+        out /= out.sum(axis=-1, keepdims=True)
     return out
 
 

@@ -1,0 +1,100 @@
+"""Target-written answers as token ids only: the durable, compact form of distillation data.
+
+The generation shards hold the teacher's top-k logits at every answer position (~200 bytes per token);
+``answers.npz`` keeps only what cannot be recomputed cheaply — the token ids the target wrote (uint16 when
+the vocabulary allows: 2 bytes per token, ~2 MB per million tokens compressed), where each answer starts,
+its temperature and held-out flag — so data can be kept across runs, copied, and committed for the demo.
+A run given such a file (``edge-spec distill --data answers.npz``) recomputes the teacher's top-k and
+logsumexp with one teacher-forced pass (:func:`teacher_targets`) instead of generating again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from edge_spec.distill.data import EVAL_TEMPERATURE, Sequence
+from edge_spec.errors import EdgeSpecError
+
+FORMAT = "edge-spec-answers/1"
+
+
+def pack(train: list[Sequence], held: list[Sequence], out: Path, meta: dict) -> Path:
+    """Write ``out`` (answers.npz, atomically): ids of every sequence, prompt lengths, temperatures, held-out flags."""
+    seqs = train + held
+    top = max((int(s.ids.max()) for s in seqs if len(s.ids)), default=0)
+    dtype = np.uint16 if top < 65536 else np.int32
+    arrays = {
+        "tokens": np.concatenate([np.asarray(s.ids) for s in seqs]).astype(dtype),
+        "seq_off": np.concatenate([[0], np.cumsum([len(s.ids) for s in seqs])]).astype(np.int64),
+        "prompt_len": np.asarray([s.prompt_len for s in seqs], np.int32),
+        "temp": np.asarray([s.temp for s in seqs], np.float32),
+        "heldout": np.asarray([False] * len(train) + [True] * len(held)),
+        "meta": np.frombuffer(json.dumps({"format": FORMAT, **meta}).encode(), np.uint8),
+    }
+    tmp = out.with_name(out.name + ".tmp.npz")
+    np.savez_compressed(tmp, **arrays)
+    os.replace(tmp, out)
+    return out
+
+
+def read(path: Path) -> tuple[list[Sequence], list[Sequence], dict]:
+    """(train, held-out, meta) sequences of an answers file, teacher targets empty (see :func:`teacher_targets`)."""
+    try:
+        z = np.load(path)
+        meta = json.loads(bytes(z["meta"]).decode())
+        tokens, off, pl, temp, held = (z[k] for k in ("tokens", "seq_off", "prompt_len", "temp", "heldout"))
+    except (OSError, ValueError, KeyError) as exc:
+        raise EdgeSpecError(f"'{path}' is not an answers file written by edge-spec distill ({exc}); pass the "
+                            "data/answers.npz of a distill run.") from None
+    if meta.get("format") != FORMAT:
+        raise EdgeSpecError(f"'{path}' is not an answers file written by edge-spec distill; pass the "
+                            "data/answers.npz of a distill run.")
+    train, heldout = [], []
+    empty = np.zeros((0, 0), np.int32)
+    for i in range(len(pl)):
+        ids = tokens[off[i]:off[i + 1]].astype(np.int32)
+        seq = Sequence(ids, int(pl[i]), round(float(temp[i]), 4), empty, empty.astype(np.float16),
+                       np.zeros((0, 2), np.float32))
+        (heldout if held[i] else train).append(seq)
+    return train, heldout, meta
+
+
+@torch.no_grad()
+def teacher_targets(model: torch.nn.Module, seqs: list[Sequence], top_k: int = 32, batch_tokens: int = 4096,
+                    log: Callable[[str], None] = print) -> None:
+    """Fill each sequence's teacher top-k ids / logits and logsumexp (T = 1 and 0.7) at its answer positions, from
+    one teacher-forced pass: row t = the target's distribution over ids[prompt_len + t] (as generation stored)."""
+    order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i].ids))
+    dev = next(model.parameters()).device
+    t0, done, total = time.time(), 0, sum(len(s.ids) for s in seqs)
+    i = 0
+    while i < len(order):
+        width = len(seqs[order[i]].ids)
+        idx = order[i:i + max(1, batch_tokens // max(width, 1))]
+        ids = torch.zeros(len(idx), width, dtype=torch.int64)
+        mask = torch.zeros(len(idx), width, dtype=torch.int64)
+        for r, s in enumerate(idx):
+            n = len(seqs[s].ids)
+            ids[r, :n] = torch.from_numpy(seqs[s].ids.astype(np.int64))
+            mask[r, :n] = 1
+        hidden = model.model(input_ids=ids.to(dev), attention_mask=mask.to(dev), use_cache=False).last_hidden_state
+        for r, s in enumerate(idx):
+            seq = seqs[s]
+            a, b = seq.prompt_len - 1, len(seq.ids) - 1  # positions whose next token is an answer token
+            logits = model.lm_head(hidden[r, a:b]).float()  # [answer, V]
+            top_v, top_i = logits.topk(top_k, -1)
+            seq.topk_ids = top_i.cpu().numpy().astype(np.int32)
+            seq.topk_logits = top_v.cpu().numpy().astype(np.float16)
+            seq.lse = torch.stack([logits.logsumexp(-1), (logits / EVAL_TEMPERATURE).logsumexp(-1)], -1).cpu() \
+                .numpy().astype(np.float32)
+        i += len(idx)
+        done += int(mask.sum())
+        if time.time() - t0 > 30 or i >= len(order):
+            log(f"teacher: {done:,}/{total:,} positions, {done / max(time.time() - t0, 1e-9):,.0f} pos/s")
