@@ -155,6 +155,9 @@ def test_seeded_sampling_is_the_same_on_every_call(client: openai.OpenAI, ref: E
     assert texts == {streamed} == {ref.chat(CHATS[0], max_new_tokens=32, temperature=0.9, top_p=0.95, seed=11).text}
     other = client.chat.completions.create(**{**ask, "seed": 12}).choices[0].message.content
     assert other != streamed  # the seed matters (a different seed gives another sample here)
+    extra = {"top_k": 40, "min_p": 0.05}  # llama.cpp's knobs, as local servers accept them
+    got = {client.chat.completions.create(**ask, extra_body=extra).choices[0].message.content for _ in range(2)}
+    assert got == {ref.chat(CHATS[0], max_new_tokens=32, temperature=0.9, top_p=0.95, seed=11, **extra).text}
 
 
 # ------------------------------------------------------------------------------ KV reuse across turns, turn dropping
@@ -263,6 +266,8 @@ BAD = [  # (what, path, body, status, code, param)
     ("temperature a string", "/v1/chat/completions", {**OK, "temperature": "hot"}, 400, "invalid_type", "temperature"),
     ("top_p 0", "/v1/chat/completions", {**OK, "top_p": 0}, 400, "invalid_value", "top_p"),
     ("top_p above 1", "/v1/chat/completions", {**OK, "top_p": 1.5}, 400, "invalid_value", "top_p"),
+    ("min_p 1", "/v1/chat/completions", {**OK, "min_p": 1}, 400, "invalid_value", "min_p"),
+    ("negative top_k", "/v1/chat/completions", {**OK, "top_k": -1}, 400, "invalid_value", "top_k"),
     ("negative seed", "/v1/chat/completions", {**OK, "seed": -1}, 400, "invalid_value", "seed"),
     ("stream a string", "/v1/chat/completions", {**OK, "stream": "yes"}, 400, "invalid_type", "stream"),
     ("stop a number", "/v1/chat/completions", {**OK, "stop": 5}, 400, "invalid_type", "stop"),

@@ -151,7 +151,7 @@ async def _completions(request: Request) -> Response:
 # ------------------------------------------------------------------------------ in the worker thread
 def _generation_config(s: Sampling, capacity: int) -> GenerationConfig:
     return GenerationConfig(max_new_tokens=s.max_tokens or capacity, temperature=s.temperature, top_k=s.top_k,
-                            top_p=s.top_p, seed=s.seed, stop=s.stop)
+                            top_p=s.top_p, min_p=s.min_p, seed=s.seed, stop=s.stop)
 
 
 def _start_chat(engine: Any, req: ChatRequest, reserve: int) -> tuple[Any, dict[str, Any]]:

@@ -28,6 +28,7 @@ class Sampling:
     temperature: float
     top_p: float
     top_k: int
+    min_p: float
     seed: int | None
     stop: tuple[str, ...]
     stream: bool
@@ -191,6 +192,7 @@ def _sampling(data: dict[str, Any], max_context: int) -> Sampling:
     max_tokens = _max_tokens(data, max_context)
     temperature = _number(data, "temperature", 1.0, 0.0, 2.0, "a number in [0, 2] (0 = greedy)")
     top_p = _number(data, "top_p", 1.0, 0.0, 1.0, "a number in (0, 1] (1 = off)", low_open=True)
+    min_p = _number(data, "min_p", 0.0, 0.0, 1.0, "a number in [0, 1) (0 = off)", high_open=True)  # llama.cpp's
     top_k = data.get("top_k")  # not OpenAI's, but common among local servers
     if top_k is None:
         top_k = 0
@@ -211,7 +213,8 @@ def _sampling(data: dict[str, Any], max_context: int) -> Sampling:
             raise bad_request("stream_options must be an object like {\"include_usage\": true}.", "stream_options",
                               "invalid_type")
         include_usage = opts.get("include_usage", False)
-    return Sampling(max_tokens, temperature, top_p, top_k, seed, _stop(data.get("stop")), stream, include_usage)
+    return Sampling(max_tokens, temperature, top_p, top_k, min_p, seed, _stop(data.get("stop")), stream,
+                    include_usage)
 
 
 def _max_tokens(data: dict[str, Any], max_context: int) -> int | None:
@@ -232,13 +235,14 @@ def _max_tokens(data: dict[str, Any], max_context: int) -> int | None:
 
 
 def _number(data: dict[str, Any], name: str, default: float, low: float, high: float, wanted: str,
-            low_open: bool = False) -> float:
+            low_open: bool = False, high_open: bool = False) -> float:
     value = data.get(name)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise bad_request(f"{name} must be {wanted}, not a JSON {_kind(value)}.", name, "invalid_type")
-    ok = math.isfinite(value) and (low < value if low_open else low <= value) and value <= high
+    ok = math.isfinite(value) and (low < value if low_open else low <= value) and \
+        (value < high if high_open else value <= high)
     if not ok:
         raise bad_request(f"{name} must be {wanted}, not {value}.", name)
     return float(value)
