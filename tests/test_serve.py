@@ -22,11 +22,10 @@ from typing import Any
 import httpx
 import openai
 import pytest
-import uvicorn
 
 from edge_spec.runtime.engine import Engine
 from edge_spec.serve import ServeConfig, create_app
-from edge_spec.serve.run import bind
+from edge_spec.serve.run import bind, make_server
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTEXT = 256
@@ -40,14 +39,14 @@ CHATS = [
 
 
 class LiveServer:
-    """``create_app(engine, config)`` run by uvicorn in a thread on a free loopback port."""
+    """``create_app(engine, config)`` run by uvicorn in a thread on a free loopback port (as ``edge-spec serve`` runs
+    it, with a 2 s grace period when stopping)."""
 
     def __init__(self, engine: Any, config: ServeConfig) -> None:
         self.engine = engine
         self.sock = bind("127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(create_app(engine, config), log_level="warning", lifespan="on",
-                                                    timeout_graceful_shutdown=2))
+        self.server = make_server(create_app(engine, config), log_level="warning", grace=2)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 30
@@ -451,19 +450,29 @@ def test_client_that_leaves_cancels_its_generation_and_the_engine_stays_consiste
         live.stop()
 
 
-def test_stopping_the_server_cancels_a_long_generation_at_its_next_step(demo_bundle: Path) -> None:
-    """What SIGINT/SIGTERM do (uvicorn's should_exit): the reply in flight gets the grace period (2 s here), then it
-    is cancelled and the worker ends; the engine is left consistent."""
+def test_stopping_the_server_cancels_a_long_generation_at_its_next_step(demo_bundle: Path, ref: Engine) -> None:
+    """What SIGINT/SIGTERM do (uvicorn's should_exit): no new requests; the reply in flight gets the grace period
+    (2 s here), then it is cancelled at its next step and its stream still ends properly; the worker ends and the
+    engine is left consistent."""
+    messages = [{"role": "user", "content": "class Parser:"}]
+    full = ref.chat(messages, max_new_tokens=120, temperature=0)
     engine = Engine.load(demo_bundle, max_context=CONTEXT)
-    live = LiveServer(Gated(engine, delay=0.2), ServeConfig(model_names=(NAME,)))
-    stream = live.client().chat.completions.create(model=NAME, messages=[{"role": "user", "content": "class Parser:"}],
-                                                   max_tokens=120, temperature=0, stream=True)
-    next(iter(stream))
+    live = LiveServer(Gated(engine, delay=0.5), ServeConfig(model_names=(NAME,)))  # 2 s: a handful of steps
+    stream = live.client().chat.completions.create(model=NAME, messages=messages, max_tokens=120, temperature=0,
+                                                   stream=True)
+    chunks = iter(stream)
+    next(chunks)
     t0 = time.monotonic()
-    live.stop()
-    assert not live.thread.is_alive() and time.monotonic() - t0 < 8
+    stopper = threading.Thread(target=live.stop)
+    stopper.start()
+    rest = list(chunks)  # the client reads on while the server stops
+    stopper.join(10)
+    assert not live.thread.is_alive() and 1.5 < time.monotonic() - t0 < 8
+    assert rest[-1].choices[0].finish_reason == "length" and rest[-1].model_extra["edge_spec"]["cancelled"] is True
+    text = "".join(c.choices[0].delta.content or "" for c in rest)
+    assert text and full.text.startswith(text) and len(text) < len(full.text)
     st = engine.last_stats
-    assert st.tokens < 60 and len(engine.context) == st.prompt_tokens + st.tokens
+    assert 0 < st.tokens < len(full.token_ids) and len(engine.context) == st.prompt_tokens + st.tokens
     assert engine.target.length == len(engine.context) - 1
 
 

@@ -80,7 +80,7 @@ def create_app(engine: Any, config: ServeConfig | None = None) -> Starlette:
         server.worker.start()
         try:
             yield
-        finally:  # SIGINT/SIGTERM: uvicorn has let the requests in flight finish (or cancelled them) by now
+        finally:  # SIGINT/SIGTERM: the requests in flight have finished or been cancelled by now (run.py)
             await asyncio.to_thread(server.worker.stop)
 
     middleware = []
@@ -98,6 +98,7 @@ def create_app(engine: Any, config: ServeConfig | None = None) -> Starlette:
     handlers = {APIError: _api_error, HTTPException: _http_error, Exception: _internal_error}
     app = Starlette(routes=routes, middleware=middleware, exception_handlers=handlers, lifespan=lifespan)
     app.state.server = server
+    app.state.drain = lambda timeout: asyncio.to_thread(server.worker.drain, timeout)  # edge_spec.serve.run
     return app
 
 
@@ -189,6 +190,9 @@ async def _generate(request: Request, server: _Server, start: Callable[[Any], An
     try:
         server.worker.submit(job)
     except QueueFull as full:
+        if full.closing:
+            raise APIError(503, "The server is shutting down.", type="server_error",
+                           code="server_shutting_down") from None
         raise APIError(503, f"The server is busy: {server.config.queue_size} requests are already waiting for the "
                             "model; retry after the time in the Retry-After header.", type="server_error",
                        code="server_busy", headers={"Retry-After": str(full.retry_after)}) from None

@@ -13,14 +13,14 @@ import errno
 import ipaddress
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import uvicorn
 
 from edge_spec.errors import EdgeSpecError
 
-GRACE_SECONDS = 5  # requests still running this long after SIGINT/SIGTERM are cancelled (at their next step)
+GRACE_SECONDS = 5.0  # requests still running this long after SIGINT/SIGTERM are cancelled (at their next step)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -57,14 +57,21 @@ def base_url(sock: socket.socket) -> str:
     return f"http://{shown}:{port}/v1"
 
 
+def make_server(app: Any, *, log_level: str = "info", access_log: bool = True, grace: float = GRACE_SECONDS,
+                on_start: Callable[[], None] | None = None) -> uvicorn.Server:
+    """A uvicorn server for ``app`` that stops gracefully (see :class:`_Server`)."""
+    config = uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="on",
+                            timeout_graceful_shutdown=int(grace) + 5, server_header=False)  # a backstop only
+    drain = getattr(getattr(app, "state", None), "drain", None)  # set by edge_spec.serve.create_app
+    return _Server(config, on_start, grace, drain)
+
+
 def serve(app: Any, sock: socket.socket, *, log_level: str = "info", access_log: bool = True,
           on_start: Callable[[], None] | None = None) -> str | None:
     """Serve ``app`` on ``sock`` until SIGINT or SIGTERM; returns that signal's name (None if stopped otherwise).
 
     ``on_start`` is called once the socket accepts connections."""
-    config = uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="on",
-                            timeout_graceful_shutdown=GRACE_SECONDS, server_header=False)
-    server = _Server(config, on_start)
+    server = make_server(app, log_level=log_level, access_log=access_log, on_start=on_start)
     received: list[int] = []
 
     def note(sig: int, frame: Any) -> None:
@@ -86,13 +93,24 @@ def serve(app: Any, sock: socket.socket, *, log_level: str = "info", access_log:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, calling ``on_start`` once it listens (so a client told the URL can connect at once)."""
+    """uvicorn's server, calling ``on_start`` once it listens (so a client told the URL can connect at once), and
+    on shutdown first closing the listening sockets and letting the app drain: the reply in flight gets ``grace``
+    seconds, then it is cancelled at its next step and still ends properly (finish_reason, [DONE]); only then
+    does uvicorn close the connections."""
 
-    def __init__(self, config: uvicorn.Config, on_start: Callable[[], None] | None) -> None:
+    def __init__(self, config: uvicorn.Config, on_start: Callable[[], None] | None, grace: float,
+                 drain: Callable[[float], Awaitable[None]] | None) -> None:
         super().__init__(config)
-        self.on_start = on_start
+        self.on_start, self.grace, self.drain = on_start, grace, drain
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
         if self.started and self.on_start is not None:
             self.on_start()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for listener in getattr(self, "servers", []):
+            listener.close()  # no new connections while the app drains
+        if self.drain is not None and not self.force_exit:
+            await self.drain(self.grace)
+        await super().shutdown(sockets=sockets)

@@ -56,11 +56,11 @@ class Job:
 
 
 class QueueFull(Exception):
-    """More requests are waiting than the queue holds; ``retry_after`` is an estimate in seconds."""
+    """No room: more requests wait than the queue holds (or the server is stopping); ``retry_after`` in seconds."""
 
-    def __init__(self, retry_after: int) -> None:
+    def __init__(self, retry_after: int, closing: bool = False) -> None:
         super().__init__(retry_after)
-        self.retry_after = retry_after
+        self.retry_after, self.closing = retry_after, closing
 
 
 class Worker:
@@ -71,7 +71,8 @@ class Worker:
         self._waiting: deque[Job] = deque()
         self._cv = threading.Condition()
         self._running: Job | None = None
-        self._stopping = False
+        self._accepting = True  # False once the server stops: new jobs are refused, queued ones still served
+        self._stopping = False  # the thread ends
         self._mean_seconds = 1.0  # moving average of a job's time, for Retry-After
         self.counts = {"served": 0, "cancelled": 0, "failed": 0, "rejected": 0}
         self._thread = threading.Thread(target=self._loop, name="edge-spec-engine", daemon=True)
@@ -83,11 +84,11 @@ class Worker:
         """Queue ``job``, or raise :class:`QueueFull` when ``queue_size`` jobs already wait (or the server stops)."""
         with self._cv:
             ahead = len(self._waiting) + (self._running is not None)  # jobs this one would wait for
-            if self._stopping or ahead > self.queue_size:
+            if not self._accepting or ahead > self.queue_size:
                 self.counts["rejected"] += 1
-                raise QueueFull(max(1, min(60, round(self._mean_seconds * ahead))))
+                raise QueueFull(max(1, min(60, round(self._mean_seconds * ahead))), closing=not self._accepting)
             self._waiting.append(job)
-            self._cv.notify()
+            self._cv.notify_all()
 
     def cancel(self, job: Job) -> None:
         """Stop ``job``: dropped if still waiting, else stopped at its next step. Safe to call when it is done."""
@@ -98,19 +99,31 @@ class Worker:
             except ValueError:
                 return
             self.counts["cancelled"] += 1
+            self._cv.notify_all()
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Cancel the waiting jobs and the running one (at its next step), then end the thread."""
+    def drain(self, timeout: float) -> None:
+        """Refuse new jobs; give the running and waiting ones ``timeout`` seconds, then cancel what is left (the
+        running one at its next step: its client still gets a proper end; the waiting ones get 503)."""
+        deadline = time.monotonic() + timeout
         with self._cv:
-            self._stopping = True
+            self._accepting = False
+            while (self._running is not None or self._waiting) and deadline > time.monotonic():
+                self._cv.wait(deadline - time.monotonic())
             waiting, self._waiting = list(self._waiting), deque()
             if self._running is not None:
                 self._running.cancelled.set()
-            self._cv.notify()
+            self.counts["cancelled"] += len(waiting)
         for job in waiting:
             job.cancelled.set()
             job.deliver(Failed(APIError(503, "The server is shutting down; the request was not started.",
                                         type="server_error", code="server_shutting_down")))
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Cancel what is left (see :meth:`drain`), then end the thread."""
+        self.drain(0)
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout)
 
@@ -134,6 +147,7 @@ class Worker:
                 self._running = None
                 self.counts[outcome] += 1
                 self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * (time.perf_counter() - t0)
+                self._cv.notify_all()  # drain() waits for this
 
     def _run(self, job: Job) -> str:
         """Serve one job; returns 'served', 'cancelled' or 'failed'. Never raises: a bug fails one request only."""
