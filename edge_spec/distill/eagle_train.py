@@ -330,15 +330,19 @@ def train_head(head: Eagle3Head, embed: torch.nn.Module, train: list[Sequence], 
     per_epoch = max(1, len(train) // cfg.batch_seqs)
     t0 = t_ckpt = t_log = time.time()
     done_here = 0
+    eval_seconds = 0.0  # one held-out evaluation: the step count planned from the budget leaves room for them
     if not history:
         history.append({"step": 0, **evaluate(head, embed, held, store, len(train), t2d, sc, cfg)})
+        eval_seconds = time.time() - t0
         log(f"train: step 0 {_fmt(history[-1])}")
+    t_steps = time.time()  # the step rate is measured on training steps only
     while planned is None or step < planned:
         elapsed = time.time() - t0
         if planned is None and seconds is not None and done_here >= 5:
-            rate = elapsed / done_here
+            rate = (time.time() - t_steps) / done_here + eval_seconds / cfg.eval_every
             planned = step + max(1, int((seconds - spent - elapsed) / rate))
-            log(f"train: {rate:.2f} s/step -> {planned} steps in {(seconds - spent) / 60:.1f} min")
+            log(f"train: {rate:.2f} s/step (evaluations included) -> {planned} steps in "
+                f"{(seconds - spent) / 60:.1f} min")
         if planned is None and seconds is not None and spent + elapsed >= seconds:
             break
         order = np.random.default_rng([cfg.seed, step // per_epoch]).permutation(len(train))
@@ -357,6 +361,7 @@ def train_head(head: Eagle3Head, embed: torch.nn.Module, train: list[Sequence], 
         done_here += 1
         if step % cfg.eval_every == 0 or step == planned:
             history.append({"step": step, "loss": round(loss.item(), 4),
+                            "minutes": round((spent + time.time() - t0) / 60, 2),
                             **evaluate(head, embed, held, store, len(train), t2d, sc, cfg)})
             log(f"train: step {step} {_fmt(history[-1])}")
         if time.time() - t_log > 30:
