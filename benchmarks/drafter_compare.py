@@ -1,7 +1,7 @@
 """Drafters compared through their bundles on the same target graph: speed of speculative vs plain decoding.
 
     python benchmarks/drafter_compare.py --bundle eagle3=B1 --bundle layers=B2 [--prompts 20] [--tokens 96] \
-        [--threads 2] [--temperatures 0 0.7] [--json out.json]
+        [--threads 2] [--temperatures 0 0.7] [--drafting auto|model] [--json out.json]
 
 Every bundle is loaded in this one process (same threads); for each held-out chat prompt of
 ``benchmarks/chat_prompts.py`` (never in the distillation prompt set) and each temperature, each bundle
@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7])
+    ap.add_argument("--drafting", default="auto", choices=("auto", "model"),
+                    help="auto: hybrid with prompt lookup, as a user gets it (default); model: the drafter alone")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
 
@@ -39,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     engines = {}
     for spec in args.bundle:
         name, _, path = spec.partition("=")
-        engines[name] = Engine.load(path, max_context=1024, threads=args.threads)
+        engines[name] = Engine.load(path, max_context=1024, threads=args.threads, drafting=args.drafting)
     prompts = list(CHAT_PROMPTS[:args.prompts])
     for e in engines.values():  # warm-up: first passes prepack weights
         e.chat(chat_messages(prompts[0]), max_new_tokens=8, speculative=False)
@@ -82,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {r['bundle']} | {r['temperature']:g} | {r['ar_tok_s']} | {r['sd_tok_s']} | {r['speedup']:.2f}x | "
               f"{r['model_acceptance']:.3f} | {r['tokens_per_pass']} | {r['identical_to_ar']} |")
     if args.json:
-        args.json.write_text(json.dumps({"threads": args.threads, "tokens": args.tokens, "rows": rows}, indent=2))
+        args.json.write_text(json.dumps({"threads": args.threads, "tokens": args.tokens, "drafting": args.drafting,
+                                         "rows": rows}, indent=2))
     return 0
 
 
