@@ -50,6 +50,8 @@ SMOLLM2_CALIBRATION_STEP = 4
 SMOLLM2_CONFIGS: dict[str, dict] = {
     "exact": {},  # the demo default: --gguf-mode exact (every weight equals the file's), fp32 activations
     "split-int4:4": {"gguf_mode": "split", "target_quant": ("int4", 4)},  # the benchmarked fast configuration
+    # the fast configuration with the committed EAGLE-3 head (a feature drafter) instead of the layer drafter
+    "eagle3-split-int4:4": {"gguf_mode": "split", "target_quant": ("int4", 4), "drafter": "smollm2-eagle3"},
 }
 
 
@@ -84,9 +86,10 @@ def smollm2_bundle_for(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFact
             opts = dict(SMOLLM2_CONFIGS[name])
             if "target_quant" in opts:
                 opts["target_quant"] = Quant(*opts["target_quant"])
+            drafter = ROOT / "models" / opts.pop("drafter") if "drafter" in opts else SMOLLM2_DRAFTER
             out = root / name.replace(":", "_")
-            export_bundle(str(smollm2_gguf), str(SMOLLM2_DRAFTER), out,
-                          ExportOptions(calibration=calib, **opts), progress=None)
+            export_bundle(str(smollm2_gguf), str(drafter), out, ExportOptions(calibration=calib, **opts),
+                          progress=None)
             made[name] = out
         return made[name]
 
