@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -282,15 +282,6 @@ def save_head(head: Eagle3Head, out: Path, extra: dict[str, Any] | None = None) 
     (out / "config.json").write_text(json.dumps(head.c.to_hf(extra), indent=2, sort_keys=True) + "\n")
 
 
-def is_eagle3_dir(path: Path) -> bool:
-    """A directory whose config.json names an EAGLE-3 architecture."""
-    try:
-        cfg = json.loads((Path(path) / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return "eagle3" in ((cfg.get("architectures") or [""])[0]).lower()
-
-
 def read_head(path: Path, target_layers: int | None = None) -> tuple[Eagle3Config, dict[str, torch.Tensor], dict]:
     """(config, tensors as float32 / int64 / bool, raw config.json) of a head directory; one sentence when unusable."""
     from safetensors.torch import load_file
@@ -332,10 +323,6 @@ def load_head(path: Path, target_layers: int | None = None) -> Eagle3Head:
         state.pop("t2d", None)
     head.load_state_dict(state, strict=False)
     return head
-
-
-def asdict_config(c: Eagle3Config) -> dict[str, Any]:
-    return asdict(c)
 
 
 @torch.no_grad()

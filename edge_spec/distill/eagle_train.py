@@ -19,7 +19,6 @@ Deterministic for a seed on one machine and thread count; checkpointed every few
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import time
@@ -397,7 +396,3 @@ def fold_scale(head: Eagle3Head, scale: np.ndarray) -> None:
     """Fold the training-time feature scaling into ``fc`` so the saved head reads raw target features."""
     with torch.no_grad():
         head.fc.weight.mul_(torch.from_numpy(scale)[None, :])
-
-
-def write_json(path: Path, obj: dict) -> None:
-    path.write_text(json.dumps(obj, indent=2) + "\n")

@@ -280,11 +280,7 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint |
         graphs["drafter"], trim = _build_eagle(tmp, d_ckpt, opts, max_ctx, graphs["target"], tok_dir, tok_spec,
                                                prompts, say)
     elif opts.trim_vocab is not None and d_ckpt is not None:
-        head = _head_size(t_cfg)
-        with _timed(say, "calibrate", f"sampling {len(prompts)} prompts from the target graph"):
-            counts = calibrate.target_token_counts(
-                graphs["target"], head, tok_dir / "tokenizer.json", tok_spec.chat, prompts,
-                stop_ids=tok_spec.stop_token_ids)
+        counts = _calibration_counts(graphs["target"], _head_size(t_cfg), tok_dir, tok_spec, prompts, say)
         with _timed(say, "trim", f"drafter vocabulary ({opts.trim_vocab})"):
             keep = tuple(tok_spec.special_token_ids) + tuple(tok_spec.stop_token_ids)
             kept = vocab_trim.choose_kept(counts, opts.trim_vocab, keep, opts.trim_share)
@@ -343,6 +339,22 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint |
     return manifest
 
 
+def _calibration_counts(target_graph: Path, head_size: int, tok_dir: Path, tok_spec: TokenizerSpec,
+                        prompts: list[str], say: Progress) -> np.ndarray:
+    """[vocab] how often the target graph writes each token when sampling the calibration prompts."""
+    with _timed(say, "calibrate", f"sampling {len(prompts)} prompts from the target graph"):
+        return calibrate.target_token_counts(target_graph, head_size, tok_dir / "tokenizer.json", tok_spec.chat,
+                                             prompts, stop_ids=tok_spec.stop_token_ids)
+
+
+def _own_bits(q: Quant, role: str, name: str) -> int | None:
+    """Weight bits of a graph our own builder quantizes (None: float32); one sentence for other precisions."""
+    bits = {"int4": 4, "int8": 8, "fp32": None}.get(q.precision, -1)
+    if bits == -1:
+        raise ExportError(f"A {q.precision} {role} cannot be built from '{name}'; use int4, int8 or fp32.")
+    return bits
+
+
 def _build_eagle(tmp: Path, src: own_build.Source, opts: ExportOptions, max_ctx: int, target_graph: Path,
                  tok_dir: Path, tok_spec: TokenizerSpec, prompts: list[str], say: Progress
                  ) -> tuple[Path, VocabTrim]:
@@ -350,9 +362,7 @@ def _build_eagle(tmp: Path, src: own_build.Source, opts: ExportOptions, max_ctx:
     target writes is measured on the calibration prompts unless trimming is off (then 0 tokens, coverage 0)."""
     q = opts.drafter_quant
     level = q.accuracy_level if q.accuracy_level is not None else DEFAULT_ACCURACY["drafter"]
-    bits = {"int4": 4, "int8": 8, "fp32": None}.get(q.precision, -1)
-    if bits == -1:
-        raise ExportError(f"An EAGLE-3 drafter can be built as int4, int8 or fp32, not {q.precision}.")
+    bits = _own_bits(q, "drafter", src.name)
     with _timed(say, "build", f"drafter EAGLE-3 head -> {q.precision} + the target's embedding, accuracy_level "
                 f"{level}"):
         graph, ids = eagle_graph.build_eagle_role(src, tmp / "drafter", max_ctx, level, bits, opts.block_size,
@@ -361,10 +371,7 @@ def _build_eagle(tmp: Path, src: own_build.Source, opts: ExportOptions, max_ctx:
         "exact, the target verifies them); the embedding is the target's")
     coverage, tokens = 0.0, 0
     if opts.trim_vocab is not None:
-        with _timed(say, "calibrate", f"sampling {len(prompts)} prompts from the target graph"):
-            counts = calibrate.target_token_counts(target_graph, _head_size(src.gguf.config),
-                                                   tok_dir / "tokenizer.json", tok_spec.chat, prompts,
-                                                   stop_ids=tok_spec.stop_token_ids)
+        counts = _calibration_counts(target_graph, _head_size(src.gguf.config), tok_dir, tok_spec, prompts, say)
         tokens = int(counts.sum())
         coverage = float(counts[ids].sum() / max(tokens, 1))
     np.save(tmp / "drafter" / "id_map.npy", ids.astype(np.int32))
@@ -383,9 +390,7 @@ def _build_role(tmp: Path, role: str, ckpt: Source, q: Quant, opts: ExportOption
     """One graph: the ORT GenAI builder for a Hugging Face checkpoint, our own builder otherwise."""
     level = q.accuracy_level if q.accuracy_level is not None else DEFAULT_ACCURACY[role]
     if isinstance(ckpt, own_build.Source):
-        bits = {"int4": 4, "int8": 8, "fp32": None}.get(q.precision, -1)
-        if bits == -1:
-            raise ExportError(f"A {q.precision} {role} cannot be built from '{ckpt.name}'; use int4, int8 or fp32.")
+        bits = _own_bits(q, role, ckpt.name)
         what = "its own quantization" if ckpt.kind == "gguf" else f"{q.precision} layers + the target's embedding"
         with _timed(say, "build", f"{role} {ckpt.architecture} ({ckpt.kind}) -> {what}, accuracy_level {level}"):
             graph = own_build.build(ckpt, tmp / role, max_ctx, level, bits, opts.block_size, kept=kept,
