@@ -61,7 +61,7 @@ def test_chat_ctrl_c_during_reply_returns_to_prompt(capsys, monkeypatch, demo_bu
     buf = Interrupting()
     monkeypatch.setattr(sys, "stdout", buf)
     monkeypatch.setattr(sys, "stdin", io.StringIO("first\nsecond\n"))
-    rc = main(["chat", str(demo_bundle), "--max-new-tokens", "8"])
+    rc = main(["chat", str(demo_bundle), "--max-new-tokens", "8", "--temperature", "0"])  # greedy: deterministic
     out = buf.getvalue()
     assert rc == 0
     assert "(interrupted)" in out.split("you> second")[0]
@@ -71,7 +71,7 @@ def test_chat_ctrl_c_during_reply_returns_to_prompt(capsys, monkeypatch, demo_bu
 
 @pytest.mark.slow
 def test_chat_piped_subprocess_and_ctrl_c_at_prompt(demo_bundle: Path) -> None:
-    cmd = [sys.executable, "-m", "edge_spec", "chat", str(demo_bundle), "--max-new-tokens", "6"]
+    cmd = [sys.executable, "-m", "edge_spec", "chat", str(demo_bundle), "--max-new-tokens", "6", "--temperature", "0"]
     done = subprocess.run(cmd, input="hi\n", capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr  # EOF (Ctrl-D) leaves with 0
     assert "you> hi" in done.stdout and "[6 tokens" in done.stdout
