@@ -9,7 +9,18 @@ home="${LLAMA_CPP_HOME:-$HOME/.cache/edge-spec/llama.cpp}"
 mkdir -p "$home"
 cd "$home"
 if [ ! -d "src/vendor/llama.cpp" ]; then
-  python3 -m pip download --no-deps --no-binary :all: "llama-cpp-python==$version" -d sdist
+  # the sdist itself, straight from the index: `pip download --no-binary :all:` would first build its
+  # build dependencies from source (cmake's own bootstrap alone takes most of an hour on 2 cores)
+  mkdir -p sdist
+  python3 - "$version" <<'PY'
+import json, sys, urllib.request
+version = sys.argv[1]
+req = urllib.request.Request("https://pypi.org/simple/llama-cpp-python/",
+                             headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+files = json.load(urllib.request.urlopen(req))["files"]
+url = next(f["url"] for f in files if f["filename"] == f"llama_cpp_python-{version}.tar.gz")
+urllib.request.urlretrieve(url, f"sdist/llama_cpp_python-{version}.tar.gz")
+PY
   rm -rf src && mkdir src
   tar xzf "sdist/llama_cpp_python-$version.tar.gz" -C src --strip-components=1
 fi
