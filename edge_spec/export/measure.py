@@ -108,10 +108,15 @@ def memory_profile(graph: str, max_context: int, head_size: int, max_k: int = MA
 
         tensors = [SharedInitializer(**{**t, "shape": tuple(t["shape"])}) for t in shared]
         values = shared_initializers(Path(root or "."), tensors)
+    def drop() -> None:  # as Engine.load does once its sessions have run: see drop_resident_pages
+        if hasattr(values, "drop_resident_pages"):
+            values.drop_resident_pages()
+
     first = None
     if beside is not None:
         first = Decoder(beside[0], 16, beside[1], threads=1, initializers=values)
         first.forward([1], 0)
+        drop()
     base = current_rss()
     dec = Decoder(graph, max_context, head_size, threads=1, initializers=values)
     kv_bytes = 0
@@ -119,6 +124,7 @@ def memory_profile(graph: str, max_context: int, head_size: int, max_k: int = MA
         buf.fill(0)  # touch the pages so the KV buffers are resident, as in the runtime
         kv_bytes += buf.nbytes
     dec.forward([1], 0)
+    drop()
     load = current_rss() - base - kv_bytes
     can_reset = _reset_peak()
     workspace: dict[int, int] = {}

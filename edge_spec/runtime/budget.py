@@ -5,7 +5,7 @@ Resident bytes of a generation, as we account them:
 * process baseline: the Python process with onnxruntime, numpy and the tokenizer loaded
   (measured by the engine right before it plans);
 * per model: ``load_bytes`` (what creating the ORT session added, measured at export),
-  KV ``kv_bytes_per_token x max_context`` (preallocated, touched at load), logits buffer
+  KV ``kv_bytes_per_token x max_context`` (reserved at load; pages resident as passes fill them), logits buffer
   ``rows x vocab x 4`` (rows = the largest pass: max(prefill chunk, gamma + 1));
 * sampling scratch: probabilities for the target rows, the drafter's gamma rows and each draft's
   q over target ids, twice (numpy temporaries of the same size live briefly during a transform);

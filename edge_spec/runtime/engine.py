@@ -96,6 +96,8 @@ class Engine:
             elif manifest.drafter.vocab_size != manifest.target.vocab_size:
                 raise BundleError("The drafter's vocabulary differs from the target's but the manifest has no "
                                   "vocab_trim id map; re-export the bundle.")
+        if hasattr(shared, "drop_resident_pages"):  # both sessions built and probed: the embedding's pages may go
+            shared.drop_resident_pages()
         devices = {"target": t_dev, "drafter": d_dev if drafter is not None else "none"}
         return cls(manifest, tokenizer, plan, target, drafter, id_map, config, devices)
 

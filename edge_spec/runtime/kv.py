@@ -8,6 +8,8 @@ overwrites the stale rows. Nothing is copied, nothing is reallocated.
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 
 from edge_spec.errors import EdgeSpecError
@@ -26,15 +28,21 @@ class KVCache:
         self.length = 0
         # Each [1, kv_heads, capacity + scratch, head_size]. ``scratch`` rows past the capacity take
         # the keys/values of padding rows (a pass padded to a batch-invariant size writes them and
-        # never commits them). np.empty + fill touches every page now, so resident memory is paid
-        # at load (as the plan says) and does not creep up with context.
+        # never commits them). All of them are views of ONE anonymous mapping: the address space for
+        # the whole context is reserved now (nothing is allocated or copied later), but the kernel
+        # commits a page only when a pass first writes it, so resident memory follows the context
+        # actually used (a 100-token chat on a 4096-token plan pays for ~100 rows, as ONNX Runtime
+        # GenAI, which sizes its cache per request) and never exceeds what the plan reserved.
+        # Rewound rows keep their pages: a conversation's peak stays resident until the engine goes.
+        shape = (1, kv_heads, capacity + scratch, head_size)
+        per = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        self._map = mmap.mmap(-1, max(per * 2 * num_layers, 1))  # anonymous, zero-filled on first touch
         self.keys: list[np.ndarray] = []
         self.values: list[np.ndarray] = []
-        for _ in range(num_layers):
-            for bucket in (self.keys, self.values):
-                buf = np.empty((1, kv_heads, capacity + scratch, head_size), dtype=dtype)
-                buf.fill(0)
-                bucket.append(buf)
+        for layer in range(num_layers):
+            for i, bucket in enumerate((self.keys, self.values)):
+                bucket.append(np.frombuffer(self._map, dtype=dtype, count=int(np.prod(shape)),
+                                            offset=(2 * layer + i) * per).reshape(shape))
 
     @property
     def nbytes(self) -> int:
