@@ -48,10 +48,13 @@ SMOLLM2_DRAFTER = ROOT / "models" / "smollm2-drafter"
 SMOLLM2_CALIBRATION_STEP = 4
 # name -> export options of the configurations the tests run on the real pair
 SMOLLM2_CONFIGS: dict[str, dict] = {
-    "exact": {},  # the demo default: --gguf-mode exact (every weight equals the file's), fp32 activations
-    "split-int4:4": {"gguf_mode": "split", "target_quant": ("int4", 4)},  # the benchmarked fast configuration
-    # the fast configuration with the committed EAGLE-3 head (a feature drafter) instead of the layer drafter
-    "eagle3-split-int4:4": {"gguf_mode": "split", "target_quant": ("int4", 4), "drafter": "smollm2-eagle3"},
+    # the export defaults, as the demo uses them: --gguf-mode split (every weight equals the file's), int8
+    # activations (accuracy level 4), fp16 KV cache
+    "default": {},
+    # the reference graph: fp32 MatMuls of the file's exact weights, fp32 activations, fp32 KV
+    "exact": {"gguf_mode": "exact", "target_quant": ("int4", 1), "kv_dtype": "float32"},
+    # the defaults with the committed EAGLE-3 head (a feature drafter) instead of the layer drafter
+    "eagle3": {"drafter": "smollm2-eagle3"},
 }
 
 

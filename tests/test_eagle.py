@@ -117,7 +117,9 @@ def test_eagle_bundle_matches_references_and_is_lossless(eagle_pair, tmp_path: P
 
     target, head_dir, head = eagle_pair
     out = tmp_path / "bundle"
-    opts = ExportOptions(trim_vocab=None, max_context=64, measure_memory=False, drafter_quant=Quant("fp32", None))
+    # the reference configuration (exact weights, fp32 activations and KV): compared with torch below
+    opts = ExportOptions(trim_vocab=None, max_context=64, measure_memory=False, drafter_quant=Quant("fp32", None),
+                         target_quant=Quant("int4", 1), gguf_mode="exact", kv_dtype="float32")
     export_bundle(str(target), str(head_dir), out, opts, progress=None)
     m = read_manifest(out)
     assert m.target.feature_layers == [0, 2, 3] and m.target.feature_dim == 3 * HIDDEN

@@ -125,7 +125,8 @@ def arch_bundle(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     prompts = root / "prompts.txt"
     prompts.write_text("chat:hello world\nchat:what is the capital of the world\n", encoding="utf-8")
     opts = ExportOptions(trim_vocab=120, calibration=prompts, max_context=128, measure_memory=False,
-                         target_quant=Quant("int4", 1), drafter_quant=Quant("int4", 4), gguf_mode=mode)
+                         target_quant=Quant("int4", 1), drafter_quant=Quant("int4", 4), gguf_mode=mode,
+                         kv_dtype="float32")  # the reference configuration: compared with transformers below
     export_bundle(str(target), str(drafter), root / "bundle", opts, progress=None)
     return request.param, target, root / "bundle"
 
@@ -270,8 +271,9 @@ def test_distilled_drafter_of_an_arch_target(arch: str, tmp_path: Path) -> None:
                                  if k not in ("model.embed_tokens.weight", "lm_head.weight")}, strict=False)
     save_drafter(drafter, tmp_path / "d", {"target_sha256": file_sha256(target), "layers_from": layers_from})
     out = tmp_path / "bundle"
+    # level 1: the 8-bit LM head without int8 activations; fp32 KV: the drafter is compared with transformers below
     opts = ExportOptions(trim_vocab=None, max_context=64, measure_memory=False, target_quant=Quant("int4", 1),
-                         drafter_quant=Quant("fp32", 1))  # level 1: the 8-bit LM head without int8 activations
+                         drafter_quant=Quant("fp32", 1), kv_dtype="float32")
     m = export_bundle(str(target), str(tmp_path / "d"), out, opts, progress=None)
     assert m.drafter.num_layers == 2 and (out / "target/embed.data").samefile(out / "drafter/embed.data")
     ours = Decoder(out / m.drafter.graph, 64, HEAD).forward(IDS, 0)

@@ -182,7 +182,8 @@ def gguf_bundle(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     out = root / "bundle"
     # qwen2: the compact encoding (MatMulNBits with float zero points for Q4_1); split: Q4_1 as d*q + block offsets
     opts = ExportOptions(trim_vocab=120, calibration=prompts, max_context=128, measure_memory=False,
-                         target_quant=Quant("int4", 1), drafter_quant=Quant("int4", 4), gguf_mode=mode)
+                         target_quant=Quant("int4", 1), drafter_quant=Quant("int4", 4), gguf_mode=mode,
+                         kv_dtype="float32")  # the reference configuration: compared with transformers below
     export_bundle(str(target), str(drafter), out, opts, progress=None)
     return request.param, target, out
 

@@ -44,29 +44,32 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="BUNDLE_DIR", help="bundle directory to create")
     p.add_argument("--quant", metavar="PREC[:LEVEL]",
                    help="precision for both models: int4|int8|fp16|fp32, optional int4/int8 accuracy level "
-                        "(e.g. int4:1); default target int4:1, drafter int4:4. A GGUF keeps its own precision: only "
-                        "the accuracy level applies")
+                        "(e.g. int4:1); default: a GGUF target keeps its own precision at accuracy level 4 (int8 "
+                        "activations, as llama.cpp; --target-quant int4:1 for fp32 activations), a Hugging Face "
+                        "target int4:1, the drafter int4:4")
     p.add_argument("--target-quant", metavar="PREC[:LEVEL]", help="target precision (overrides --quant)")
     p.add_argument("--drafter-quant", metavar="PREC[:LEVEL]", help="drafter precision (overrides --quant)")
     p.add_argument("--lm-head", choices=("int8", "fp32"),
                    help="Hugging Face checkpoints: keep the LM head at int8 or fp32 under an int4/int8 body")
-    p.add_argument("--gguf-mode", choices=("exact", "split", "fast", "compact"), default="exact",
-                   help="GGUF tensors: exact = every weight equals the file's (types ONNX Runtime only runs through "
-                        "slow fallbacks become fp32 MatMuls of the exact values; default); split = float-offset "
-                        "types (Q4_1, Q4_K, Q2_K, Q5_1, Q5_K) as exact d*q MatMulNBits + block sums times the block "
-                        "offsets (fast kernels, exact weights; fastest at accuracy level 4); fast = Q4_1/Q4_K/Q2_K as "
-                        "8-bit integer zero points, use with accuracy level 4; compact = MatMulNBits everywhere "
-                        "(smallest, slow float-zero-point kernels)")
+    p.add_argument("--gguf-mode", choices=("split", "exact", "fast", "compact"), default="split",
+                   help="GGUF tensors: split = float-offset types (Q4_1, Q4_K, Q2_K, Q5_1, Q5_K) as exact d*q "
+                        "MatMulNBits + block sums times the block offsets (every weight equals the file's, fast "
+                        "kernels; default); exact = types ONNX Runtime only runs through slow fallbacks become fp32 "
+                        "MatMuls of the exact values (the reference graph: with --target-quant int4:1 it matches "
+                        "transformers fp32; ~4x larger, ~2x slower); fast = Q4_1/Q4_K/Q2_K as 8-bit integer zero "
+                        "points (not exact); compact = MatMulNBits everywhere (smallest, slow float-zero-point "
+                        "kernels)")
     p.add_argument("--trim-vocab", default="auto", metavar="K|auto|off",
                    help="keep K drafter LM-head rows; auto = smallest K covering 99%% of target tokens (default)")
     p.add_argument("--calibration", type=Path, metavar="FILE",
                    help="calibration prompts, one per line ('chat:' prefix = user turn); default: built-in set")
     p.add_argument("--max-context", type=int, metavar="N",
                    help="tokens the KV buffers may hold (default: the target's positions, at most 4096)")
-    p.add_argument("--kv-dtype", choices=("fp32", "fp16"), default="fp32",
-                   help="KV cache precision of graphs edge-spec builds (GGUF files, distilled drafters): fp16 halves "
-                        "KV memory (q/k/v cast to fp16 around attention; greedy output may differ from fp32 KV "
-                        "after some tokens, speculative still equals plain decoding of the same bundle); default fp32")
+    p.add_argument("--kv-dtype", choices=("fp16", "fp32"),
+                   help="KV cache precision of graphs edge-spec builds (GGUF files, distilled drafters, EAGLE-3 "
+                        "heads): fp16 (default, as llama.cpp) is half the memory of fp32 (q/k/v cast to fp16 around "
+                        "attention; speculative output still equals plain decoding of the same bundle); Hugging "
+                        "Face targets (the builder's graphs) keep fp32")
     p.add_argument("--execution-provider", default="cpu", choices=("cpu", "cuda", "dml", "webgpu"))
     p.add_argument("--trust-remote-code", action="store_true", help="allow checkpoints that need hub code")
     p.add_argument("--force", action="store_true", help="replace an existing output directory")
@@ -92,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
                          trim_vocab=_trim(args.trim_vocab), calibration=args.calibration,
                          max_context=args.max_context, execution_provider=args.execution_provider,
                          force=args.force, trust_remote_code=args.trust_remote_code, lm_head=args.lm_head,
-                         gguf_mode=args.gguf_mode, kv_dtype={"fp16": "float16"}.get(args.kv_dtype, "float32"))
+                         gguf_mode=args.gguf_mode,
+                         kv_dtype={"fp16": "float16", "fp32": "float32", None: "auto"}[args.kv_dtype])
     m = export_bundle(args.target, args.drafter, args.out, opts)
     trim = f", drafter vocab {m.vocab_trim.kept}/{m.vocab_trim.full}" if m.vocab_trim else ""
     drafter = "no drafter" if m.drafter is None else \

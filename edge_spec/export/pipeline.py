@@ -67,25 +67,45 @@ class Quant:
         if prec not in ("int4", "int8", "fp16", "fp32"):
             raise ExportError(f"Unknown {role} quantization '{text}'; use int4, int8, fp16 or fp32, optionally "
                               "with ':ACCURACY_LEVEL' such as int4:4.")
-        if not level:
-            return cls(prec, DEFAULT_ACCURACY[role] if prec in ("int4", "int8") else None)
+        if not level:  # the accuracy level of the source's default (see default_level)
+            return cls(prec, None)
         if prec not in ("int4", "int8") or level not in ("0", "1", "2", "3", "4"):
             raise ExportError(f"Bad {role} quantization '{text}': an accuracy level (0-4) applies only to int4 "
                               "and int8, e.g. int4:1.")
         return cls(prec, int(level))
 
 
-# Why these defaults: docs/export.md. The target's k-token verify pass must agree with its
-# 1-token steps (exact greedy equality), which int8 activations (level 4) break at near-ties;
-# the drafter only proposes, so it takes the fastest kernels.
+# Why these defaults: docs/export.md. A Hugging Face target goes through the builder, which re-quantizes it:
+# there the target keeps fp32 activations (level 1), whose k-token verify pass agrees with its 1-token steps.
+# A GGUF target keeps the file's own weights, and at level 4 (int8 activations, as llama.cpp computes) it is
+# ~2x faster and agrees with fp32 transformers on the file at least as often as llama.cpp on the same file
+# (benchmarks/fidelity.py); its verify passes are batch-invariant from 2 rows, so greedy speculative decoding
+# still equals greedy plain decoding. The drafter only proposes, so it takes the fastest kernels.
 DEFAULT_ACCURACY = {"target": 1, "drafter": 4}
+GGUF_TARGET_ACCURACY = 4
 DEFAULT_QUANT = {"target": "int4", "drafter": "int4"}
+# KV cache of the graphs edge-spec builds itself (GGUF targets, distilled drafters, EAGLE-3 heads): fp16, as
+# llama.cpp's default, half the bytes of fp32 (docs/export.md, "KV cache precision"). Builder graphs keep fp32.
+OWN_KV_DTYPE = "float16"
+
+
+def default_level(role: str, ckpt: object) -> int:
+    """The MatMulNBits accuracy level of ``role`` when the user gave none: see DEFAULT_ACCURACY above."""
+    if role == "target" and isinstance(ckpt, own_build.Source) and ckpt.kind == "gguf":
+        return GGUF_TARGET_ACCURACY
+    return DEFAULT_ACCURACY[role]
+
+
+def own_kv_dtype(opts: ExportOptions) -> str:
+    """The KV dtype of a graph our own builder makes: the option, or OWN_KV_DTYPE for "auto"."""
+    return OWN_KV_DTYPE if opts.kv_dtype == "auto" else opts.kv_dtype
 
 
 @dataclass(frozen=True)
 class ExportOptions:
-    target_quant: Quant = field(default_factory=lambda: Quant("int4", DEFAULT_ACCURACY["target"]))
-    drafter_quant: Quant = field(default_factory=lambda: Quant("int4", DEFAULT_ACCURACY["drafter"]))
+    # accuracy level None: the source's default (default_level): GGUF target 4, Hugging Face target 1, drafter 4
+    target_quant: Quant = field(default_factory=lambda: Quant("int4"))
+    drafter_quant: Quant = field(default_factory=lambda: Quant("int4"))
     trim_vocab: int | str | None = "auto"  # K, "auto", or None (off)
     trim_share: float = vocab_trim.DEFAULT_SHARE
     calibration: Path | None = None  # prompts file; None = calibrate.DEFAULT_PROMPTS
@@ -96,8 +116,9 @@ class ExportOptions:
     trust_remote_code: bool = False
     measure_memory: bool = True
     lm_head: str | None = None  # HF builder path: "int8" or "fp32" keeps the LM head above the body precision
-    gguf_mode: str = "exact"  # exact | split | fast | compact: how GGUF tensors are encoded (own_build.Policy)
-    kv_dtype: str = "float32"  # KV cache of graphs edge-spec builds: float32 or float16 (half the KV bytes)
+    gguf_mode: str = "split"  # split | exact | fast | compact: how GGUF tensors are encoded (own_build.Policy)
+    # KV cache of graphs edge-spec builds: "auto" (= OWN_KV_DTYPE, float16), float16 or float32; builder graphs: fp32
+    kv_dtype: str = "auto"
 
 
 Progress = Callable[[str], None]
@@ -361,12 +382,12 @@ def _build_eagle(tmp: Path, src: own_build.Source, opts: ExportOptions, max_ctx:
     """An EAGLE-3 head's graph and its draft->target id map (as the VocabTrim entry). Its coverage of what the
     target writes is measured on the calibration prompts unless trimming is off (then 0 tokens, coverage 0)."""
     q = opts.drafter_quant
-    level = q.accuracy_level if q.accuracy_level is not None else DEFAULT_ACCURACY["drafter"]
+    level = q.accuracy_level if q.accuracy_level is not None else default_level("drafter", src)
     bits = _own_bits(q, "drafter", src.name)
     with _timed(say, "build", f"drafter EAGLE-3 head -> {q.precision} + the target's embedding, accuracy_level "
                 f"{level}"):
         graph, ids = eagle_graph.build_eagle_role(src, tmp / "drafter", max_ctx, level, bits, opts.block_size,
-                                                  opts.gguf_mode, opts.kv_dtype)
+                                                  opts.gguf_mode, own_kv_dtype(opts))
     say(f"[exact] drafter: {len(src.report) - 1} head tensors quantized to {q.precision} (drafts need not be "
         "exact, the target verifies them); the embedding is the target's")
     coverage, tokens = 0.0, 0
@@ -388,13 +409,13 @@ def _build_eagle(tmp: Path, src: own_build.Source, opts: ExportOptions, max_ctx:
 def _build_role(tmp: Path, role: str, ckpt: Source, q: Quant, opts: ExportOptions, max_ctx: int, cache: Path,
                 say: Progress, kept: np.ndarray | None = None, features: tuple[int, ...] | None = None) -> Path:
     """One graph: the ORT GenAI builder for a Hugging Face checkpoint, our own builder otherwise."""
-    level = q.accuracy_level if q.accuracy_level is not None else DEFAULT_ACCURACY[role]
+    level = q.accuracy_level if q.accuracy_level is not None else default_level(role, ckpt)
     if isinstance(ckpt, own_build.Source):
         bits = _own_bits(q, role, ckpt.name)
         what = "its own quantization" if ckpt.kind == "gguf" else f"{q.precision} layers + the target's embedding"
         with _timed(say, "build", f"{role} {ckpt.architecture} ({ckpt.kind}) -> {what}, accuracy_level {level}"):
             graph = own_build.build(ckpt, tmp / role, max_ctx, level, bits, opts.block_size, kept=kept,
-                                    mode=opts.gguf_mode, kv_dtype=opts.kv_dtype,
+                                    mode=opts.gguf_mode, kv_dtype=own_kv_dtype(opts),
                                     features=features if role == "target" else None)
         if role == "target" and features:
             say(f"[build] target also outputs its residual streams at layers {list(features)} (the EAGLE-3 "
@@ -411,9 +432,11 @@ def _build_role(tmp: Path, role: str, ckpt: Source, q: Quant, opts: ExportOption
                 f"{e['block']}, NOT exact (max |err| {e['max_abs_err']:.3g})")
         say(f"[exact] {role}: {kept_exact}")
         return graph
-    if opts.kv_dtype != "float32":
+    if opts.kv_dtype == "float16":
         raise ExportError(f"--kv-dtype fp16 applies to graphs edge-spec builds (GGUF files, distilled drafters), not "
                           f"to the ORT GenAI builder's graph of '{ckpt.name}'; convert it to GGUF or drop --kv-dtype.")
+    if q.precision in ("int4", "int8"):
+        q = Quant(q.precision, level)
     lv = f", accuracy_level {q.accuracy_level}" if q.accuracy_level is not None else ""
     with _timed(say, "build", f"{role} {ckpt.architecture} -> {q.precision}{lv}"):
         bopts = build.BuildOptions(q.precision, q.accuracy_level, opts.block_size, opts.execution_provider,
@@ -559,15 +582,15 @@ def _model_spec(root: Path, role: str, ckpt: build.Checkpoint, q: Quant, opts: E
                                      beside=beside)
     else:
         mem = {"load_bytes": 0, "workspace_bytes": {1: 0}}
-    quant = Quantization(precision=q.precision,
-                         block_size=opts.block_size if q.precision in ("int4", "int8") else None,
-                         accuracy_level=q.accuracy_level, io_dtype=io_dtype, kv_dtype=kv_field)
+    quantized = q.precision in ("int4", "int8")
+    level = q.accuracy_level if q.accuracy_level is not None else default_level(role, ckpt)
+    quant = Quantization(precision=q.precision, block_size=opts.block_size if quantized else None,
+                         accuracy_level=level if quantized else None, io_dtype=io_dtype, kv_dtype=kv_field)
     tensors: list[dict[str, Any]] = []
     if isinstance(ckpt, own_build.Source):
         tensors = ckpt.report
         if ckpt.kind == "gguf":  # the file's own precision, not the --quant option
             prec, block = own_build.precision_of(tensors)
-            level = q.accuracy_level if q.accuracy_level is not None else DEFAULT_ACCURACY[role]
             quant = Quantization(precision=prec, block_size=block, accuracy_level=level, io_dtype=io_dtype,
                                  kv_dtype=kv_field)
     genai = root / role / "genai_config.json"
