@@ -260,3 +260,33 @@ def test_answers_file_keeps_the_ids_and_a_run_from_it_recomputes_the_teacher(tin
     assert report["data"]["train_tokens"] == sum(len(s.ids) - s.prompt_len for s in train)
     with pytest.raises(EdgeSpecError, match="not an answers file"):
         distill(replace(_eagle(tiny_target, tmp_path / "third"), answers=first / "distill.json"), _quiet)
+
+
+def test_answers_of_several_runs_merge_without_repeats(tiny_target, tmp_path):
+    """Data accumulates across runs: --data takes several answers files (other seeds, other sessions), keeps each
+    sequence once, and with --data-only writes their union as one answers file; another target's file is refused."""
+    from edge_spec.distill import ids
+
+    runs = {}
+    for seed in (0, 1):
+        out = tmp_path / f"seed{seed}"
+        distill(replace(_config(tiny_target, out, 1), seed=seed, data_only=True), _quiet)
+        runs[seed] = out / "data" / "answers.npz"
+    t0, h0, _ = ids.read(runs[0])
+    t1, h1, _ = ids.read(runs[1])
+    key = {(s.prompt_len, tuple(s.ids.tolist())) for s in t0 + h0 + t1 + h1}
+    train, held, meta = ids.read_many([runs[0], runs[1], runs[0]])  # the repeated file adds nothing
+    assert len(train) + len(held) == len(key) and len(key) > len(t0) + len(h0)
+    assert [f["kept"] for f in meta["files"]] == [len(t0) + len(h0), len(key) - len(t0) - len(h0), 0]
+    assert {s.temp for s in train} <= {0.0, 0.7, 1.0} and all(s.ids.dtype == np.int32 for s in train)
+
+    merged = tmp_path / "merged"
+    distill(replace(_config(tiny_target, merged, 1), answers=(runs[0], runs[1]), data_only=True), _quiet)
+    m_train, m_held, m_meta = ids.read(merged / "data" / "answers.npz")
+    assert [s.ids.tolist() for s in m_train] == [s.ids.tolist() for s in train]
+    assert len(m_held) == len(held) and m_meta["target_sha256"] == file_sha256(tiny_target)
+
+    other = tmp_path / "other.npz"
+    ids.pack(t0, h0, other, {"target_sha256": "f" * 64})
+    with pytest.raises(EdgeSpecError, match="another target"):
+        ids.read_many([runs[0], other])

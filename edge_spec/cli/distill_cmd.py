@@ -37,9 +37,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="wall budget for data generation (40%%) + training (default 60, or none when both "
                         "--steps and --data-jobs are given)")
     p.add_argument("--prompts", type=Path, metavar="FILE", help="extra user prompts, one per line")
-    p.add_argument("--data", type=Path, metavar="ANSWERS_NPZ",
-                   help="train on the target-written answers of an earlier run (its data/answers.npz: token ids "
-                        "only; the teacher's targets are recomputed) instead of generating")
+    p.add_argument("--data", type=Path, nargs="+", metavar="ANSWERS_NPZ",
+                   help="train on the target-written answers of earlier runs (their data/answers.npz: token ids "
+                        "only; the teacher's targets are recomputed; several files are merged without repeats) "
+                        "instead of generating; with --data-only, write the merged file to OUT/data/answers.npz")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kind", choices=("layers", "eagle3"), default="layers",
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = DistillConfig(target=args.target, out=args.out, minutes=args.minutes, prompts_file=args.prompts,
                         device=args.device, seed=args.seed, kind=args.kind, layers=args.layers,
                         aux_layers=tuple(args.aux_layers) if args.aux_layers else None, threads=args.threads,
-                        answers=args.data,
+                        answers=tuple(args.data) if args.data else None,
                         data_only=args.data_only, command="edge-spec " + shlex.join(sys.argv[1:]),
                         data=dataclasses.replace(DataConfig(), batch=args.batch, max_jobs=args.data_jobs),
                         train=dataclasses.replace(TrainConfig(), steps=args.steps),

@@ -66,6 +66,35 @@ def read(path: Path) -> tuple[list[Sequence], list[Sequence], dict]:
     return train, heldout, meta
 
 
+def read_many(paths: list[Path]) -> tuple[list[Sequence], list[Sequence], dict]:
+    """:func:`read` of several answers files of one target (runs with other seeds, other sessions), concatenated in
+    order without repeats: a sequence equal to an earlier one (the same prompt answered greedily twice) is kept once.
+    Returns (train, held-out, meta); meta's ``files`` lists each file with its counts."""
+    train: list[Sequence] = []
+    held: list[Sequence] = []
+    seen: set[tuple[int, bytes]] = set()
+    meta: dict = {"files": []}
+    for path in paths:
+        t, h, m = read(Path(path))
+        sha = m.get("target_sha256")
+        if sha is not None and meta.get("target_sha256", sha) != sha:
+            raise EdgeSpecError(f"'{path}' holds answers of another target than '{paths[0]}' (sha256 {sha[:12]}...); "
+                                "pass answers files of one target.")
+        if sha is not None:
+            meta["target_sha256"] = sha
+        kept = 0
+        for seqs, out in ((t, train), (h, held)):
+            for seq in seqs:
+                key = (seq.prompt_len, seq.ids.astype(np.int32).tobytes())
+                if key not in seen:
+                    seen.add(key)
+                    out.append(seq)
+                    kept += 1
+        meta["generation_seconds"] = (meta.get("generation_seconds") or 0.0) + (m.get("generation_seconds") or 0.0)
+        meta["files"].append({"file": str(path), "sequences": len(t) + len(h), "kept": kept})
+    return train, held, meta
+
+
 @torch.no_grad()
 def teacher_targets(model: torch.nn.Module, seqs: list[Sequence], top_k: int = 32, batch_tokens: int = 4096,
                     log: Callable[[str], None] = print) -> None:

@@ -36,7 +36,8 @@ class DistillConfig:
     kind: str = "layers"  # "layers": N of the target's layers | "eagle3": one layer on the target's features
     layers: int = 2
     aux_layers: tuple[int, ...] | None = None  # eagle3: which residual streams it reads (default 2, L/2, L)
-    answers: Path | None = None  # train on these target-written ids (an answers.npz) instead of generating
+    # train on these target-written ids (answers.npz files, merged without repeats) instead of generating
+    answers: Path | tuple[Path, ...] | None = None
     layers_from: tuple[int, ...] | None = None  # target layers to start from; default: evenly spaced
     threads: int | None = None
     data_only: bool = False
@@ -44,6 +45,15 @@ class DistillConfig:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eagle: EagleTrainConfig = field(default_factory=EagleTrainConfig)
+
+
+def answer_files(answers: Path | str | tuple[Path, ...] | list[Path] | None) -> tuple[Path, ...]:
+    """``DistillConfig.answers`` as a tuple of paths (one file, several, or none)."""
+    if answers is None:
+        return ()
+    if isinstance(answers, (str, Path)):
+        return (Path(answers),)
+    return tuple(Path(a) for a in answers)
 
 
 def check_device(device: str) -> str:
@@ -98,13 +108,20 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
     what = f"drafter from layers {layers_from}" if cfg.kind == "layers" else "an EAGLE-3 head"
     log(f"target: {n_target} layers, hidden {target.model.config.hidden_size}, sha256 {target.sha256[:16]}; {what}")
 
-    if cfg.answers is not None:  # ids only: the teacher's targets are recomputed, nothing is generated
-        train_seqs, held_seqs, info = ids_mod.read(Path(cfg.answers))
+    answers = answer_files(cfg.answers)
+    if answers:  # ids only: the teacher's targets are recomputed, nothing is generated
+        train_seqs, held_seqs, info = ids_mod.read_many(answers)
         if info.get("target_sha256") not in (None, target.sha256):
-            raise EdgeSpecError(f"'{cfg.answers}' holds answers written by another target (sha256 "
+            raise EdgeSpecError(f"'{answers[0]}' holds answers written by another target (sha256 "
                                 f"{str(info['target_sha256'])[:12]}...); pass the answers of '{cfg.target}'.")
-        ids_mod.teacher_targets(target.model, train_seqs + held_seqs, data_cfg.top_k, log=log)
-        shards, data_seconds = [Path(cfg.answers)], 0.0
+        if cfg.data_only:  # merging answers files: write the union, the durable form, and stop
+            (cfg.out / "data").mkdir(parents=True, exist_ok=True)
+            ids_mod.pack(train_seqs, held_seqs, cfg.out / "data" / "answers.npz",
+                         {"target_sha256": target.sha256, "generation_seconds": info["generation_seconds"],
+                          "merged": info["files"]})
+        else:
+            ids_mod.teacher_targets(target.model, train_seqs + held_seqs, data_cfg.top_k, log=log)
+        shards, data_seconds = list(answers), 0.0
     else:
         data_budget = cfg.minutes * 60 * cfg.data_share if cfg.minutes else None
         shards = generate_data(target, data_cfg, cfg.out / "data", data_budget, log)
@@ -120,8 +137,8 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
         raise EdgeSpecError(f"The generated data in '{cfg.out / 'data'}' has {len(train_seqs)} training and "
                             f"{len(held_seqs)} held-out answers; give distill more --minutes (or more prompts).")
     data_stats = _data_stats(train_seqs, held_seqs, shards, data_seconds)
-    if cfg.answers is not None:
-        data_stats["answers"] = {"file": str(cfg.answers), "generation_seconds": info.get("generation_seconds")}
+    if answers:
+        data_stats["answers"] = {"files": info["files"], "generation_seconds": info.get("generation_seconds")}
     log(f"data: {data_stats['train_tokens']:,} training / {data_stats['heldout_tokens']:,} held-out answer tokens "
         f"from {len(shards)} shards ({data_seconds:.0f}s of generation)")
     if cfg.data_only:
