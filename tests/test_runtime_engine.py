@@ -193,15 +193,24 @@ def test_device_fallback_and_strict(bundle):
 
 
 def test_threads_and_spin_reach_both_sessions(bundle):
-    """Engine.load(threads=, spin=) sets ONNX Runtime's pool size and spinning on target and drafter alike."""
+    """Engine.load(threads=, spin=, drafter_threads=) set ONNX Runtime's pool sizes and spinning. By default the target
+    takes every core and spins when it has more than one thread; the drafter runs on one thread (runtime/options.py)."""
+    import os
+
     key = "session.intra_op.allow_spinning"
+    many = (os.cpu_count() or 1) > 1
     default = Engine.load(bundle, max_context=256, drafting="model")
-    fast = Engine.load(bundle, max_context=256, drafting="model", threads=1, spin=True)
-    for e, spin, threads in ((default, "0", 0), (fast, "1", 1)):
-        for s in (e.target.session, e.drafter.session):
+    quiet = Engine.load(bundle, max_context=256, drafting="model", spin=False)
+    fast = Engine.load(bundle, max_context=256, drafting="model", threads=1, spin=True, drafter_threads=2)
+    expect = {  # engine: ((target threads, spin), (drafter threads, spin))
+        "default": (default, (0, "1" if many else "0"), (1, "0")),
+        "no spin": (quiet, (0, "0"), (1, "0")),
+        "given": (fast, (1, "1"), (2, "1")),
+    }
+    for name, (e, (t_threads, t_spin), (d_threads, d_spin)) in expect.items():
+        for s, threads, spin in ((e.target.session, t_threads, t_spin), (e.drafter.session, d_threads, d_spin)):
             opts = s.get_session_options()
-            assert opts.get_session_config_entry(key) == spin
-            assert opts.intra_op_num_threads == threads
+            assert (opts.intra_op_num_threads, opts.get_session_config_entry(key)) == (threads, spin), name
     assert fast.generate("def add(a, b):", max_new_tokens=8).token_ids == \
         default.generate("def add(a, b):", max_new_tokens=8).token_ids
 

@@ -135,7 +135,7 @@ def _settings(args: argparse.Namespace, prompts: list[tuple[str, str]]) -> dict[
     return {"prompts": args.prompts or "built-in", "n_prompts": len(prompts), "repeats": args.repeats,
             "max_new_tokens": args.max_new_tokens, "draft_length": args.draft_length or "adaptive",
             "memory_budget": args.memory_budget, "device": args.device, "drafter_device": args.drafter_device,
-            "threads": args.threads, "spin": args.spin}
+            "threads": args.threads, "spin": args.spin, "drafter_threads": args.drafter_threads}
 
 
 # ------------------------------------------------------------------------------ measuring
@@ -223,7 +223,7 @@ def summarize(records: list[dict[str, Any]], prompts: list[tuple[str, str]]) -> 
 def budget_sweep(args: argparse.Namespace, prompts: list[tuple[str, str]], budgets: list[int] | None,
                  say=lambda _msg: None) -> list[dict[str, Any]]:
     base = {"bundle": str(args.bundle), "device": args.device, "drafter_device": args.drafter_device,
-            "threads": args.threads, "spin": args.spin}
+            "threads": args.threads, "spin": args.spin, "drafter_threads": args.drafter_threads}
     if budgets is None:
         probe = _subprocess({**base, "probe": True})
         lo, hi = probe["lower_bound"], probe["unbounded"]
@@ -257,7 +257,8 @@ def _worker(job: dict[str, Any]) -> dict[str, Any]:
     budget = job["budget"]
     try:
         engine = Engine.load(job["bundle"], memory_budget=budget, device=job["device"],
-                             drafter_device=job["drafter_device"], threads=job["threads"], spin=job["spin"])
+                             drafter_device=job["drafter_device"], threads=job["threads"], spin=job["spin"],
+                             drafter_threads=job.get("drafter_threads"))
         recs = measure(engine, [tuple(p) for p in job["prompts"]], job["repeats"], job["max_new_tokens"],
                        job["draft_length"], samplings=(SAMPLINGS[0],), modes=("speculative",))
     except EdgeSpecError as exc:  # refused by the planner, or a prompt longer than the planned context

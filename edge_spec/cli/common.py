@@ -105,10 +105,13 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--drafter-device", choices=DEVICES, metavar="DEVICE", help="device of the drafter (default: "
                    "--device)")
     g.add_argument("--threads", type=nonneg_int, default=0, metavar="N",
-                   help="CPU threads per ONNX Runtime session (default 0 = all physical cores)")
-    g.add_argument("--spin", action="store_true",
-                   help="let ONNX Runtime's threads busy-wait between kernels: faster on an idle machine, slower "
-                        "when other work shares the cores (default off)")
+                   help="CPU threads of the target's ONNX Runtime session (default 0 = all physical cores)")
+    g.add_argument("--drafter-threads", type=nonneg_int, metavar="N",
+                   help="CPU threads of the drafter's session (default 1: its passes are too small to split)")
+    g.add_argument("--spin", action=argparse.BooleanOptionalAction, default=None,
+                   help="let ONNX Runtime's threads busy-wait between kernels, as llama.cpp does: faster on an idle "
+                        "machine, slower when other work shares the cores (default: on when the target has more "
+                        "than one thread; --no-spin turns it off)")
 
 
 # llama.cpp's default sampler settings (common/common.h), which llama-cli, llama-server and ollama-style apps use
@@ -186,7 +189,8 @@ def load_engine(args: argparse.Namespace, bundle: Any, prompt: Any = None, max_n
                              drafter_device=args.drafter_device, max_context=getattr(args, "max_context", None),
                              drafting="none" if getattr(args, "no_speculation", False) else
                              getattr(args, "drafting", "auto"),
-                             threads=getattr(args, "threads", 0), spin=getattr(args, "spin", False),
+                             threads=getattr(args, "threads", 0), spin=getattr(args, "spin", None),
+                             drafter_threads=getattr(args, "drafter_threads", None),
                              prompt=prompt, max_new_tokens=max_new_tokens)
     for w in caught:
         print(f"edge-spec: warning: {w.message}", file=sys.stderr)

@@ -86,8 +86,9 @@ class LoadConfig:
     max_context: int | None = None
     draft_length: int | None = None  # upper bound on gamma for the plan
     drafting: str = "auto"  # "auto" (drafter + lookup) | "model" (drafter only) | "lookup" | "none"
-    threads: int = 0
-    spin: bool = False  # ORT pool threads busy-wait between kernels (see runtime/options.py)
+    threads: int = 0  # the target's ONNX Runtime threads (0 = all physical cores)
+    spin: bool | None = None  # ORT pool threads busy-wait between kernels; None = when the target has > 1 thread
+    drafter_threads: int | None = None  # None = 1 (see runtime/options.py, "Threads")
 
 
 @dataclass(frozen=True)

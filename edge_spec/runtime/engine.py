@@ -23,6 +23,7 @@ from edge_spec.runtime.config import GenerationConfig, LoadConfig, Result, Stats
 from edge_spec.runtime.detok import StreamDetokenizer, byte_table
 from edge_spec.runtime.drafting import DraftPolicy
 from edge_spec.runtime.memory import current_rss
+from edge_spec.runtime.options import thread_plan
 from edge_spec.runtime.providers import resolve_device
 from edge_spec.runtime.sampling import Noise, Rejection
 from edge_spec.runtime.session import ModelSession, shared_initializers
@@ -56,8 +57,9 @@ class Engine:
     @classmethod
     def load(cls, bundle: str | os.PathLike[str], memory_budget: str | int | None = None, device: str = "cpu",
              drafter_device: str | None = None, strict: bool = False, *, max_context: int | None = None,
-             draft_length: int | None = None, drafting: str = "auto", threads: int = 0, spin: bool = False,
-             prompt: Prompt | None = None, max_new_tokens: int | None = None) -> Engine:
+             draft_length: int | None = None, drafting: str = "auto", threads: int = 0, spin: bool | None = None,
+             drafter_threads: int | None = None, prompt: Prompt | None = None,
+             max_new_tokens: int | None = None) -> Engine:
         """Read the bundle, plan memory for ``memory_budget`` and create the sessions the plan asks for.
 
         ``bundle`` is a bundle directory, or ``"demo"`` for the demo pair (exported into the user
@@ -66,9 +68,14 @@ class Engine:
         Context: ``max_context`` when given; else, with ``max_new_tokens``, what that request needs
         (the tokens of ``prompt`` — text, token ids or chat messages — plus ``max_new_tokens``, rounded
         up to :data:`CONTEXT_STEP`), so a short request does not preallocate KV for the bundle's whole
-        context; else the bundle's context (what fits the budget)."""
+        context; else the bundle's context (what fits the budget).
+
+        Threads: ``threads`` for the target (0 = all physical cores), ``drafter_threads`` for the drafter (None =
+        1); ``spin`` lets pool threads busy-wait between kernels (None = when the target has more than one
+        thread). Why these defaults: runtime/options.py, "Threads"."""
         config = LoadConfig(parse_budget(memory_budget), device, drafter_device, strict, max_context,
-                            draft_length, drafting, threads, spin)
+                            draft_length, drafting, threads, spin, drafter_threads)
+        (t_threads, t_spin), (d_threads, d_spin) = thread_plan(threads, spin, drafter_threads)
         root = resolve_bundle(bundle)  # "demo": the demo bundle, exported on first use
         t_dev, t_providers = resolve_device(device, strict, "target")
         d_dev, d_providers = resolve_device(drafter_device or device, strict, "drafter")
@@ -83,14 +90,14 @@ class Engine:
         # buffer the plan counts); otherwise the graph's feature output stays unbound and costs nothing
         features = plan.mode == "speculative" and manifest.drafter is not None and manifest.drafter.kind == "eagle3"
         target = ModelSession(root / manifest.target.graph, manifest.target, providers=t_providers, device=t_dev,
-                              capacity=plan.max_context, max_rows=plan.target_rows, threads=threads,
-                              min_rows=min_rows, initializers=shared, spin=spin, features=features)
+                              capacity=plan.max_context, max_rows=plan.target_rows, threads=t_threads,
+                              min_rows=min_rows, initializers=shared, spin=t_spin, features=features)
         drafter = id_map = None
         if plan.mode == "speculative":
             assert manifest.drafter is not None
             drafter = ModelSession(root / manifest.drafter.graph, manifest.drafter, providers=d_providers,
                                    device=d_dev, capacity=plan.max_context, max_rows=plan.drafter_rows,
-                                   threads=threads, initializers=shared, spin=spin)
+                                   threads=d_threads, initializers=shared, spin=d_spin)
             if manifest.vocab_trim is not None:
                 id_map = _load_id_map(root, manifest)
             elif manifest.drafter.vocab_size != manifest.target.vocab_size:
