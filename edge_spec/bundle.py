@@ -27,7 +27,7 @@ from edge_spec.errors import BundleError, EdgeSpecError
 
 MANIFEST_NAME = "edge_spec.json"
 FORMAT = "edge-spec-bundle"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 PRECISIONS = ("int4", "int8", "fp16", "fp32")
 
 
@@ -76,6 +76,13 @@ class ModelSpec:
     # (measured at export, edge_spec/export/invariance.py); the runtime pads shorter target passes
     # to it when it speculates. None: not batch-invariant (or not measured).
     batch_invariant_rows: int | None = None
+    # Peak RSS added while creating the session (before the weights it repacked are let go): what loading needs
+    # at once. None (bundles exported before it was measured): load_bytes, measured with those pages resident.
+    load_peak_bytes: int | None = None
+    # Bytes of the memory-mapped tables the graph reads by row (the embedding's Gather): let go after load like
+    # the rest of the mapped weights, they come back a page per token seen, at most all of them. The planner
+    # counts them whole. None: older bundles, whose load_bytes kept them resident.
+    gather_bytes: int | None = None
     # Per weight tensor, for graphs edge-spec builds itself (GGUF, distilled drafters): name, gguf_type,
     # onnx_op, bits, block, exact, max_abs_err, bytes. Empty for ORT GenAI builder graphs.
     tensors: list[dict[str, Any]] = field(default_factory=list)
@@ -87,6 +94,11 @@ class ModelSpec:
     # final norm. ``feature_dim`` = their count x the target's hidden size (float16 on the wire). None: no features.
     feature_layers: list[int] | None = None
     feature_dim: int | None = None
+
+    @property
+    def load_peak(self) -> int:
+        """Peak bytes the session's creation adds (``load_peak_bytes``, else ``load_bytes``)."""
+        return max(self.load_bytes, self.load_peak_bytes or 0)
 
     def logits_bytes(self, positions: int) -> int:
         """Bytes of a float32 logits buffer for ``positions`` query positions."""
@@ -253,6 +265,9 @@ def _check_model(spec: ModelSpec, where: str) -> None:
         _at_least(getattr(spec, name), 1, f"{where}.{name}")
     for name in ("weight_bytes", "load_bytes"):
         _at_least(getattr(spec, name), 0, f"{where}.{name}")
+    for name in ("load_peak_bytes", "gather_bytes"):
+        if getattr(spec, name) is not None:
+            _at_least(getattr(spec, name), 0, f"{where}.{name}")
     if spec.quantization.io_dtype not in ("float32", "float16"):
         raise BundleError(f"The manifest field '{where}.quantization.io_dtype' is "
                           f"{spec.quantization.io_dtype!r} but must be float32 or float16; re-export the bundle.")

@@ -114,3 +114,27 @@ def test_drafting_choices():
 def test_workspace_counts_the_largest_pass_only():
     plan = plan_memory(manifest(), None, BASE)
     assert dict(plan.items)["largest forward-pass workspace (passes run one at a time)"] == WS[16]
+
+
+def test_loading_peak_is_within_the_budget_too():
+    """Creating a session holds the weights it repacks (load_peak_bytes) until the mapped pages are let go: a plan
+    is only made when the budget covers that peak as well; the refusal's bound includes it."""
+    from dataclasses import replace
+
+    from edge_spec.runtime.budget import load_floor
+
+    m = manifest()
+    big = replace(m, target=replace(m.target, load_peak_bytes=400 * MiB))  # loading needs far more than running
+    floor = load_floor(big, "ar", BASE)
+    assert floor == BASE + 400 * MiB + SLACK_BYTES
+    plan = plan_memory(big, None, BASE)
+    assert plan.load_peak_bytes == load_floor(big, "speculative", BASE) and plan.peak_bytes >= floor
+    assert plan_memory(big, floor, BASE).mode in ("speculative", "lookup", "ar")
+    assert plan_memory(m, floor - MiB, BASE).mode == "speculative"  # without the peak this budget is plenty
+    with pytest.raises(BudgetError, match=f"at least {-(-floor // MiB)} MiB"):
+        plan_memory(big, floor - MiB, BASE)
+    # the drafter loads next to the settled target: its own peak counts from there
+    d_big = replace(m, drafter=replace(m.drafter, load_peak_bytes=300 * MiB))
+    spec_floor = load_floor(d_big, "speculative", BASE)
+    assert spec_floor == BASE + 100 * MiB + 16 * 8192 * 4 + 300 * MiB + SLACK_BYTES
+    assert plan_memory(d_big, spec_floor - MiB, BASE).mode == "lookup"  # the drafter cannot even be loaded

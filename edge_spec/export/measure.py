@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from edge_spec.runtime.memory import current_rss, peak_rss
+from edge_spec.runtime.memory import current_rss, drop_mapped_pages, peak_rss
 from edge_spec.runtime.options import session_options
 
 _NP_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
@@ -89,11 +89,14 @@ def memory_profile(graph: str, max_context: int, head_size: int, max_k: int = MA
                    beside: tuple[str, int] | None = None) -> dict[str, object]:
     """Run in a fresh process: RSS added by session creation, and peak RSS of k-token passes.
 
-    load_bytes = RSS after creating the session and running one warm-up token (weight
-    prepacking happens lazily) minus RSS before, minus the KV buffers (which the runtime
-    budgets separately). workspace_bytes[k] = peak RSS during one k-token pass minus RSS
-    just before it, with the peak mark reset before each pass; k grows 1..max_k and each
-    value is made monotone (a k-token pass never needs less than a shorter one).
+    load_bytes = RSS after creating the session, running one warm-up token (weight prepacking
+    happens lazily), dropping the mapped weights' pages (as the runtime does) and running the
+    workspace passes below, minus RSS before, minus the KV buffers (which the runtime budgets
+    separately). load_peak_bytes = the peak RSS of the session's creation above RSS before (the weights
+    being repacked are all resident then).
+    workspace_bytes[k] = peak RSS during one k-token pass minus RSS just before it (KV buffers
+    resident), with the peak mark reset before each pass; k grows 1..max_k and each value is made
+    monotone (a k-token pass never needs less than a shorter one).
 
     ``shared``: the manifest's ``shared_initializers`` (as JSON objects, files relative to ``root``);
     they are mapped once and given to the session(s), as ``Engine.load`` does. ``beside`` = (graph, head size): a model
@@ -108,9 +111,9 @@ def memory_profile(graph: str, max_context: int, head_size: int, max_k: int = MA
 
         tensors = [SharedInitializer(**{**t, "shape": tuple(t["shape"])}) for t in shared]
         values = shared_initializers(Path(root or "."), tensors)
-    def drop() -> None:  # as Engine.load does once its sessions have run: see drop_resident_pages
-        if hasattr(values, "drop_resident_pages"):
-            values.drop_resident_pages()
+
+    def drop() -> None:  # as Engine.load does once a session has run: see runtime.memory.drop_mapped_pages
+        drop_mapped_pages(Path(graph).parent.parent)  # the bundle (role dirs and what they share)
 
     first = None
     if beside is not None:
@@ -118,14 +121,16 @@ def memory_profile(graph: str, max_context: int, head_size: int, max_k: int = MA
         first.forward([1], 0)
         drop()
     base = current_rss()
-    dec = Decoder(graph, max_context, head_size, threads=1, initializers=values)
+    tracked = _reset_peak()
+    dec = Decoder(graph, max_context, head_size, threads=1, initializers=values)  # KV reserved, not yet resident
+    dec.forward([1], 0)
+    # the load's peak: what repacking held at once (the mapped weights being read, the packed copies written)
+    load_peak = (peak_rss() if tracked else current_rss()) - base
+    drop()
     kv_bytes = 0
     for buf, _ in dec.kv.values():
-        buf.fill(0)  # touch the pages so the KV buffers are resident, as in the runtime
+        buf.fill(0)  # touch the pages so the KV buffers are resident, as in a full context at run time
         kv_bytes += buf.nbytes
-    dec.forward([1], 0)
-    drop()
-    load = current_rss() - base - kv_bytes
     can_reset = _reset_peak()
     workspace: dict[int, int] = {}
     for k in range(1, max_k + 1):
@@ -137,8 +142,12 @@ def memory_profile(graph: str, max_context: int, head_size: int, max_k: int = MA
         dec.forward(tokens, 1)
         peak = peak_rss()
         workspace[k] = max(0, peak - before, workspace.get(k - 1, 0))
+    # After the passes: what they read back of the dropped pages (norms; the embedding rows of their tokens, which
+    # the manifest's gather_bytes count whole anyway) and the heap they left is part of what loading costs.
+    load = current_rss() - base - kv_bytes
     del first  # kept loaded through the measurement, like the runtime's target
-    return {"load_bytes": int(max(load, 0)), "workspace_bytes": workspace, "peak_reset": can_reset}
+    return {"load_bytes": int(max(load, 0)), "load_peak_bytes": int(max(load_peak, load, 0)),
+            "workspace_bytes": workspace, "peak_reset": can_reset}
 
 
 def measure_memory(graph: Path, max_context: int, head_size: int, max_k: int = MAX_WORKSPACE_K,

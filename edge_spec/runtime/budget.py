@@ -4,7 +4,8 @@ Resident bytes of a generation, as we account them:
 
 * process baseline: the Python process with onnxruntime, numpy and the tokenizer loaded
   (measured by the engine right before it plans);
-* per model: ``load_bytes`` (what creating the ORT session added, measured at export),
+* per model: ``load_bytes`` (what creating the ORT session added, measured at export, after the mapped weights
+  it repacked were let go), ``gather_bytes`` (the mapped embedding table, whose pages come back as tokens appear),
   KV ``kv_bytes_per_token x max_context`` (reserved at load; pages resident as passes fill them), logits buffer
   ``rows x vocab x 4`` (rows = the largest pass: max(prefill chunk, gamma + 1));
 * sampling scratch: probabilities for the target rows, the drafter's gamma rows and each draft's
@@ -88,10 +89,19 @@ class Plan:
     drafter_rows: int
     items: tuple[tuple[str, int], ...]  # (what, bytes)
     notes: tuple[str, ...] = field(default=())  # degradations and why
+    # RSS while the sessions are created, before the weights they repacked are let go (see load_floor); the plan
+    # is only made when the budget covers it too
+    load_peak_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
+        """Resident bytes while generating: the sum of the items."""
         return sum(b for _, b in self.items)
+
+    @property
+    def peak_bytes(self) -> int:
+        """The most this plan holds at once: generating, or loading (``load_peak_bytes``)."""
+        return max(self.total_bytes, self.load_peak_bytes)
 
     def describe(self) -> str:
         head = {"speculative": "speculative decoding with the drafter model",
@@ -102,13 +112,18 @@ class Plan:
                  f"{self.total_bytes / MiB:.1f} MiB planned, {budget}."]
         width = max(len(what) for what, _ in self.items)
         lines += [f"  {what:<{width}}  {b / MiB:9.2f} MiB" for what, b in self.items]
+        if self.load_peak_bytes:
+            lines.append(f"  loading peaks at {self.load_peak_bytes / MiB:.1f} MiB (the weights being repacked are "
+                         "resident until both sessions have run)")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 
 def _model_items(name: str, spec: ModelSpec, ctx: int, rows: int) -> list[tuple[str, int]]:
+    gather = [(f"{name} embedding table (mapped; pages resident as tokens appear, counted whole)",
+               spec.gather_bytes)] if spec.gather_bytes else []
     return [
-        (f"{name} weights (session load)", spec.load_bytes),
+        (f"{name} weights (session load)", spec.load_bytes), *gather,
         (f"{name} KV cache ({ctx} tokens x {spec.kv_bytes_per_token} B)", ctx * spec.kv_bytes_per_token),
         (f"{name} logits buffer ({rows} x {spec.vocab_size})", spec.logits_bytes(rows)),
     ]
@@ -153,6 +168,16 @@ def _attention_per_token(m: Manifest, mode: str, t_rows: int, d_rows: int) -> in
     if mode == "speculative":
         per = max(per, m.drafter.num_attention_heads * d_rows * 4)
     return per
+
+
+def load_floor(m: Manifest, mode: str, baseline: int) -> int:
+    """RSS while loading: the target's session is created (its load peak: the mapped weights being repacked are
+    all resident), then, speculating, the drafter's next to the settled target and its logits buffer."""
+    t = m.target
+    floor = baseline + t.load_peak
+    if mode == "speculative" and m.drafter is not None:
+        floor = max(floor, baseline + t.load_bytes + t.logits_bytes(PREFILL_CHUNK) + m.drafter.load_peak)
+    return floor + SLACK_BYTES
 
 
 def _kv_items(m: Manifest, mode: str, ctx: int, t_rows: int = PREFILL_CHUNK,
@@ -205,6 +230,9 @@ def plan_memory(m: Manifest, budget: int | None, baseline: int, *, max_context: 
         # logits, probabilities and workspace); lookup verifies up to a full chunk of drafts.
         steps = [(0, c) for c in AR_CHUNKS] if mode == "ar" else \
             [(g, PREFILL_CHUNK) for g in range(max(gmax, 1), 0, -1)]
+        floor = load_floor(m, mode, baseline)
+        if budget is not None and budget < floor:
+            steps = []  # cannot even load this rung's sessions
         for gamma, chunk in steps:
             items, per_token, t_rows, d_rows = _layout(m, mode, gamma, chunk, baseline)
             fixed = sum(b for _, b in items)
@@ -216,7 +244,7 @@ def plan_memory(m: Manifest, budget: int | None, baseline: int, *, max_context: 
                             prefill_chunk=chunk, target_rows=t_rows,
                             drafter_rows=d_rows if mode == "speculative" else 0,
                             items=tuple(items[:2] + _kv_items(m, mode, int(ctx), t_rows, d_rows) + items[2:]),
-                            notes=tuple(notes))
+                            notes=tuple(notes), load_peak_bytes=floor)
         if mode == "speculative":
             notes.append("the drafter model does not fit the budget with a useful context, so drafts come "
                          "from prompt lookup (no model memory)")
@@ -225,7 +253,7 @@ def plan_memory(m: Manifest, budget: int | None, baseline: int, *, max_context: 
                          "decoding is plain autoregressive")
 
     items, per_token, _, _ = _layout(m, "ar", 0, AR_CHUNKS[-1], baseline)
-    need = sum(b for _, b in items) + min_ctx * per_token
+    need = max(sum(b for _, b in items) + min_ctx * per_token, load_floor(m, "ar", baseline))
     parts = ", ".join(f"{b / MiB:.1f} MiB {w.split(' (')[0]}" for w, b in
                       items[:2] + _kv_items(m, "ar", min_ctx, AR_CHUNKS[-1]) + items[2:] if b)
     raise BudgetError(f"A memory budget of {budget / MiB:.1f} MiB cannot run this bundle: the smallest plan "

@@ -22,7 +22,7 @@ from edge_spec.runtime.budget import Plan, parse_budget, plan_memory, request_co
 from edge_spec.runtime.config import GenerationConfig, LoadConfig, Result, Stats, StreamEvent, is_whole
 from edge_spec.runtime.detok import StreamDetokenizer, byte_table
 from edge_spec.runtime.drafting import DraftPolicy
-from edge_spec.runtime.memory import current_rss
+from edge_spec.runtime.memory import current_rss, drop_mapped_pages
 from edge_spec.runtime.options import thread_plan
 from edge_spec.runtime.providers import resolve_device
 from edge_spec.runtime.sampling import Noise, Rejection
@@ -92,6 +92,9 @@ class Engine:
         target = ModelSession(root / manifest.target.graph, manifest.target, providers=t_providers, device=t_dev,
                               capacity=plan.max_context, max_rows=plan.target_rows, threads=t_threads,
                               min_rows=min_rows, initializers=shared, spin=t_spin, features=features)
+        # The target is built and has run a pass: the weights it repacked need not stay resident (before the drafter
+        # loads, so the two loads' transients do not add up); again after the drafter.
+        drop_mapped_pages(root)
         drafter = id_map = None
         if plan.mode == "speculative":
             assert manifest.drafter is not None
@@ -103,8 +106,8 @@ class Engine:
             elif manifest.drafter.vocab_size != manifest.target.vocab_size:
                 raise BundleError("The drafter's vocabulary differs from the target's but the manifest has no "
                                   "vocab_trim id map; re-export the bundle.")
-        if hasattr(shared, "drop_resident_pages"):  # both sessions built and probed: the embedding's pages may go
-            shared.drop_resident_pages()
+        if drafter is not None:
+            drop_mapped_pages(root)
         devices = {"target": t_dev, "drafter": d_dev if drafter is not None else "none"}
         return cls(manifest, tokenizer, plan, target, drafter, id_map, config, devices)
 

@@ -8,7 +8,6 @@ GroupQueryAttention update them in place.
 
 from __future__ import annotations
 
-import mmap
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -238,39 +237,14 @@ class ModelSession:
                 (ho, False, np.float32, hdim, self.hidden.ctypes.data))
 
 
-class SharedInitializers(dict):
-    """name -> OrtValue of the weights target and drafter share, plus the file mappings behind them."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.maps: list[np.memmap] = []
-
-    def drop_resident_pages(self) -> None:
-        """Once the sessions are built and have run a pass: let the kernel drop the mapped pages, and read only
-        the pages later touched, without read-ahead.
-
-        Why: building the sessions reads every byte of the shared embedding (the tied LM head is repacked
-        from it into ONNX Runtime's own layout), which leaves the whole file resident (~30 MiB for SmolLM2),
-        though from then on only the Gather of the embedding reads it, one ~0.6 KB row per token. The
-        pages are clean file pages: dropping them loses nothing (a later read faults the row back in from
-        the page cache), and without MADV_RANDOM each such fault would map 64 KiB around it again."""
-        for raw in self.maps:
-            m = getattr(raw, "_mmap", None)
-            if m is None or not hasattr(m, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
-                continue  # not Linux/BSD-like: the pages just stay resident
-            m.madvise(mmap.MADV_DONTNEED)
-            if hasattr(mmap, "MADV_RANDOM"):
-                m.madvise(mmap.MADV_RANDOM)
-
-
-def shared_initializers(root: Path, manifest: Manifest | Sequence[SharedInitializer]) -> SharedInitializers:
+def shared_initializers(root: Path, manifest: Manifest | Sequence[SharedInitializer]) -> dict[str, ort.OrtValue]:
     """The weights target and drafter share (manifest ``shared_initializers``), mapped once from the bundle.
 
     Memory-mapped read-only: the pages are the file's, so both sessions (and other processes running
     the same bundle) read one copy, and ORT takes the buffer as is instead of loading the tensor
     again for each graph. Measured on the SmolLM2 pair: the drafter's load drops from 71 to 41 MiB.
-    Call :meth:`SharedInitializers.drop_resident_pages` once the sessions have run."""
-    out = SharedInitializers()
+    Once the sessions have run, :func:`edge_spec.runtime.memory.drop_mapped_pages` lets the pages go."""
+    out: dict[str, ort.OrtValue] = {}
     tensors = manifest.shared_initializers if isinstance(manifest, Manifest) else manifest
     for t in tensors:
         path = root / t.file
@@ -279,7 +253,6 @@ def shared_initializers(root: Path, manifest: Manifest | Sequence[SharedInitiali
         except (OSError, ValueError) as exc:
             raise BundleError(f"The shared weight '{t.name}' cannot be read from '{path}' ({exc}); the bundle is "
                               "corrupt or truncated, re-export it.") from None
-        out.maps.append(raw)
         out[t.name] = ort.OrtValue.ortvalue_from_numpy(raw.view(np.dtype(t.dtype)).reshape(t.shape))
     return out
 
