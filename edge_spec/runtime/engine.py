@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import random
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -11,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.random  # noqa: F401  (numpy imports it lazily, ~7 MiB: it must be resident before the baseline is measured)
 from tokenizers import Tokenizer
 
 from edge_spec.bundle import ChatFormat, Manifest, read_manifest
@@ -237,7 +237,7 @@ class Engine:
                     DraftPolicy(self.plan.draft_length, fixed=cfg.draft_length, free_drafts=True)
         # A seed asks for reproducible text: the coupling makes it f(seed, prompt, settings) whatever the
         # draft lengths. Without one, the rejection rule accepts more drafts (1 - TV vs (1 - TV)/(1 + TV)).
-        noise: Noise | Rejection = Rejection(np.random.default_rng()) if cfg.seed is None else \
+        noise: Noise | Rejection = Rejection(random.Random()) if cfg.seed is None else \
             Noise(cfg.seed, self.manifest.target.vocab_size)
         detok = StreamDetokenizer(self.tokenizer, table=self._bytes)
         hold = max((len(s) for s in cfg.stop), default=1) - 1  # chars that might start a stop string
@@ -316,7 +316,6 @@ def _prepare(root: Path, config: LoadConfig, prompt: Prompt | None = None,
         n_prompt = _prompt_tokens(manifest, tokenizer, prompt)
         max_context = request_context(n_prompt, max_new_tokens)
         sized = f"context sized for the request ({n_prompt} prompt + {max_new_tokens} new tokens)"
-    np.random.default_rng(0)
     # Rounded up to whole 4 MiB: two processes that loaded the same modules (inspect, generate, an
     # app) differ by a few hundred KiB of heap, and must still make the same plan for one budget.
     baseline = -(-current_rss() // BASELINE_ROUNDING) * BASELINE_ROUNDING

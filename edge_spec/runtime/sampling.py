@@ -8,8 +8,10 @@ target's race picks. Sampled output depends on (seed, prompt, settings) only, ne
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -23,6 +25,12 @@ def _is_number(x: object) -> bool:
 # 1/T beyond this is clamped: logits are shifted so the largest is 0 and then scaled, so a tiny T
 # (even 1e-45, whose inverse overflows) gives a near one-hot distribution, never inf * 0 = NaN.
 _MAX_INV_TEMPERATURE = 1e30
+
+
+class Uniform(Protocol):
+    """A source of uniform draws: ``random()`` -> a float in [0, 1) (``random.Random``, numpy's ``Generator``)."""
+
+    def random(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -138,7 +146,10 @@ class Noise:
     """
 
     def __init__(self, seed: int, vocab_size: int) -> None:
-        self.key = np.uint64(np.random.SeedSequence(seed).generate_state(1, np.uint64)[0])
+        # 64 well-mixed bits of the seed (hashlib, not numpy.random: the lean runtime does not import numpy's
+        # random module, ~6.5 MiB resident)
+        self.key = np.uint64(int.from_bytes(hashlib.blake2b(str(int(seed)).encode(), digest_size=8,
+                                                            person=b"edge-spec-noise").digest(), "little"))
         self.nblocks = -(-vocab_size // _B)
         self.starts = np.arange(0, vocab_size, _B)  # [nblocks] first token of each block
         self.sizes = np.minimum(_B, vocab_size - self.starts)  # [nblocks]
@@ -217,8 +228,8 @@ class Rejection:
 
     keeps_q = True  # verify needs q at each draft position
 
-    def __init__(self, rng: np.random.Generator) -> None:
-        self.rng = rng
+    def __init__(self, rng: Uniform) -> None:
+        self.rng = rng  # anything with random() -> a float in [0, 1): random.Random, numpy's Generator
 
     def race(self, w: np.ndarray, pos: int) -> int:
         """A draw from norm(w) ``[V]`` (``pos`` unused: draws are consumed in order)."""
