@@ -558,20 +558,6 @@ def _effective_tokenizer(tok, path: Path):
     return Tokenizer.from_file(str(path))
 
 
-def gather_table_bytes(proto: Any, skip: set[str] | frozenset[str] = frozenset()) -> int:
-    """Bytes of the external (memory-mapped) initializers the graph reads through Gather / GatherBlockQuantized:
-    the embedding table, whose rows the runtime lets go after load (runtime.memory.drop_mapped_pages) and which
-    come back, a page per token seen, as a conversation meets new tokens: at most all of it."""
-    sizes = {}
-    for t in proto.graph.initializer:
-        ext = {e.key: e.value for e in t.external_data}
-        if "length" in ext:
-            sizes[t.name] = int(ext["length"])
-    names = {i for n in proto.graph.node if n.op_type in ("Gather", "GatherBlockQuantized")
-             for i in (n.input[0], *(n.input[2:3] if n.op_type == "GatherBlockQuantized" else ()))}
-    return sum(sizes.get(name, 0) for name in names - set(skip))
-
-
 def _model_spec(root: Path, role: str, ckpt: build.Checkpoint, q: Quant, opts: ExportOptions, max_ctx: int,
                 full_vocab: int, shared: list[SharedInitializer] | None = None,
                 beside: tuple[Path, int] | None = None, features: tuple[int, ...] | None = None) -> ModelSpec:
@@ -592,7 +578,7 @@ def _model_spec(root: Path, role: str, ckpt: build.Checkpoint, q: Quant, opts: E
                                                                  or cfg["num_attention_heads"]), _head_size(cfg)
     data = [p for p in sorted((root / role).iterdir()) if p.name.endswith(".data")]
     # the drafter reads the shared embedding through the target's mapping: count its pages once, with the target
-    gather = gather_table_bytes(proto, skip={t.name for t in shared or []} if role == "drafter" else set())
+    gather = measure.gather_table_bytes(proto, skip={t.name for t in shared or []} if role == "drafter" else set())
     if opts.measure_memory:
         mem = measure.measure_memory(graph, max_ctx, head, shared=[asdict(t) for t in shared or []], root=root,
                                      beside=beside)
