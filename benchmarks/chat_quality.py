@@ -74,16 +74,21 @@ def loops(ids: list[int], n: int = LOOP_N, times: int = LOOP_REPEATS) -> bool:
     return bool(grams) and max(grams.values()) >= times
 
 
-def edge_replies(bundle: str, prompts: list[list[int]], seeds: list[int | None], tokens: int
-                 ) -> tuple[list[list[tuple[list[int], str]]], dict]:
-    """edge-spec at ``edge-spec chat``'s defaults (``seeds`` None = greedy): per prompt, per seed (ids, text)."""
-    from edge_spec import Engine
+def chat_settings(manifest) -> dict:
+    """The sampling ``edge-spec chat`` uses by default: the model's recommended settings, else llama.cpp's."""
     from edge_spec.cli.common import _SAMPLING_KEYS, LLAMA_CPP_SAMPLING
+
+    recommended = {k: v for k, v in (manifest.sampling or {}).items() if k in _SAMPLING_KEYS}
+    return {"settings": {**LLAMA_CPP_SAMPLING, **recommended},
+            "source": (manifest.sampling or {}).get("source") or "llama.cpp's"}
+
+
+def edge_replies(engine, prompts: list[list[int]], seeds: list[int | None], tokens: int
+                 ) -> list[list[tuple[list[int], str]]]:
+    """edge-spec at ``edge-spec chat``'s defaults (``seeds`` None = greedy): per prompt, per seed (ids, text)."""
     from edge_spec.runtime.config import GenerationConfig
 
-    engine = Engine.load(bundle)  # as edge-spec chat loads it: the bundle's context, speculation on
-    recommended = {k: v for k, v in (engine.manifest.sampling or {}).items() if k in _SAMPLING_KEYS}
-    settings = {**LLAMA_CPP_SAMPLING, **recommended}
+    settings = chat_settings(engine.manifest)["settings"]
     out = []
     for ids in prompts:
         row = []
@@ -94,7 +99,7 @@ def edge_replies(bundle: str, prompts: list[list[int]], seeds: list[int | None],
             r = engine.generate(ids, cfg)
             row.append((list(r.token_ids), r.text))
         out.append(row)
-    return out, {"settings": settings, "source": (engine.manifest.sampling or {}).get("source") or "llama.cpp's"}
+    return out
 
 
 def llamacpp_replies(gguf: Path, prompts: list[list[int]], seeds: list[int | None], tokens: int, detok
@@ -107,22 +112,11 @@ def llamacpp_replies(gguf: Path, prompts: list[list[int]], seeds: list[int | Non
         for ids in prompts:
             row = []
             for seed in seeds:
-                extra = {"seed": seed} if seed is not None else {"temperature": 0.0, "top_k": 1, "samplers": ["top_k"]}
-                r = _complete(srv, ids, tokens, extra)
+                r = srv.complete(ids, tokens, temperature=None if seed is not None else 0.0, seed=seed or 0)
                 got = [int(t) for t in r["tokens"]]
                 row.append((got, detok(got)))
             out.append(row)
     return out
-
-
-def _complete(srv, ids: list[int], tokens: int, extra: dict) -> dict:
-    import urllib.request
-
-    body = {"prompt": ids, "n_predict": tokens, "cache_prompt": False, "return_tokens": True, "stream": False, **extra}
-    req = urllib.request.Request(f"http://127.0.0.1:{srv.port}/completion", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=600) as r:
-        return json.loads(r.read())
 
 
 def main() -> int:
@@ -154,10 +148,13 @@ def main() -> int:
     seeds: list[int | None] = [None, *range(args.seeds)]  # None: greedy, for reference
     facts = [ids_of(q) for q, _ in FACTS]
     loop_ids = [ids_of(q) for q in LOOP_PROMPTS]
-    systems = {"edge-spec": lambda p, n: edge_replies(str(root), p, seeds, n)[0]}
+    from edge_spec import Engine
+
+    engine = Engine.load(root)  # as edge-spec chat loads it: the bundle's context, speculation on
+    systems = {"edge-spec": lambda p, n: edge_replies(engine, p, seeds, n)}
     if args.gguf is not None:
         systems["llama.cpp"] = lambda p, n: llamacpp_replies(args.gguf, p, seeds, n, detok)
-    _, info = edge_replies(str(root), facts[:1], [None], 1)
+    info = chat_settings(m)
     results: dict = {"date": time.strftime("%Y-%m-%d"), "bundle": str(root), "seeds": args.seeds,
                      "edge_settings": info, "systems": {}}
     for name, run in systems.items():

@@ -80,15 +80,17 @@ class LlamaServer:
         assert self.proc is not None
         return self.proc.pid
 
-    def complete(self, ids: list[int], n_predict: int, *, temperature: float = 0.0, seed: int = 0,
+    def complete(self, ids: list[int], n_predict: int, *, temperature: float | None = 0.0, seed: int = 0,
                  extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Generate after ``ids``; returns the server's JSON (``tokens``, ``timings``, ...)."""
-        body = {"prompt": ids, "n_predict": n_predict, "temperature": temperature, "seed": seed,
+        """Generate after ``ids``; returns the server's JSON (``tokens``, ``timings``, ...). ``temperature`` 0:
+        greedy; > 0: plain sampling from p/T, as the other systems do; None: the server's default sampling."""
+        body = {"prompt": ids, "n_predict": n_predict, "seed": seed,
                 "cache_prompt": False, "return_tokens": True, "stream": False}
         if temperature == 0:
-            body.update({"top_k": 1, "samplers": ["top_k"]})
-        else:  # plain sampling from p/T, as the other systems do
-            body.update({"top_k": 0, "top_p": 1.0, "min_p": 0.0, "samplers": ["temperature"]})
+            body.update({"temperature": 0.0, "top_k": 1, "samplers": ["top_k"]})
+        elif temperature is not None:
+            body.update({"temperature": temperature, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
+                         "samplers": ["temperature"]})
         body.update(extra or {})
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
