@@ -79,17 +79,17 @@ def drop_mapped_pages(root: str | os.PathLike[str]) -> int:
     return dropped
 
 
-def _file_mappings(smaps: str) -> list[tuple[int, int, str, str, int]]:
-    """(start, end, perms, path, anonymous kB) of each file mapping in a /proc/self/smaps text."""
-    out: list[tuple[int, int, str, str, int]] = []
+def _file_mappings(smaps: str) -> list[list]:
+    """[start, end, perms, path, anonymous kB] of each file mapping in a /proc/self/smaps text."""
+    out: list[list] = []
     cur: list | None = None
     for line in smaps.splitlines():
         head = line.split(maxsplit=5)
-        if len(head) >= 5 and "-" in head[0] and ":" in head[3] and not head[0].endswith(":"):
+        if len(head) >= 5 and "-" in head[0] and ":" in head[3] and not head[0].endswith(":"):  # a mapping's header
             lo, hi = (int(x, 16) for x in head[0].split("-"))
             cur = [lo, hi, head[1], head[5] if len(head) > 5 else "", 0]
             if cur[3].startswith("/"):
-                out.append(cur)  # type: ignore[arg-type]
+                out.append(cur)
         elif cur is not None and line.startswith("Anonymous:"):
             cur[4] = int(line.split()[1])
-    return [tuple(c) for c in out]  # type: ignore[misc]
+    return out
