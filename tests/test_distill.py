@@ -261,6 +261,36 @@ def test_answers_file_keeps_the_ids_and_a_run_from_it_recomputes_the_teacher(tin
     with pytest.raises(EdgeSpecError, match="not an answers file"):
         distill(replace(_eagle(tiny_target, tmp_path / "third"), answers=first / "distill.json"), _quiet)
 
+    # the EAGLE-3 run filled the teacher in its feature pass: the same targets as the separate teacher pass
+    from edge_spec.distill.eagle_train import extract_features
+
+    one_pass, _, _ = ids.read(packed)
+    extract_features(load_target(tiny_target).model, one_pass, (1, 2, 3), tmp_path / "f", 10_000, _quiet,
+                     teacher_top_k=32)
+    for a, b in zip(one_pass, r_train):
+        np.testing.assert_array_equal(a.topk_ids, b.topk_ids)
+        np.testing.assert_allclose(a.lse, b.lse, rtol=1e-5, atol=1e-5)
+
+
+def test_init_from_continues_a_saved_head(tiny_target, tmp_path):
+    """--init-from starts from a saved head: same draft vocabulary, and before any step it scores what it scored
+    when it was saved (the saved fc reads raw features; training's feature scaling is undone exactly)."""
+    first = tmp_path / "first"
+    prior = distill(_eagle(tiny_target, first, steps=3), _quiet)
+    second = tmp_path / "second"
+    report = distill(replace(_eagle(tiny_target, second, steps=2), init_from=first,
+                             answers=first / "data" / "answers.npz"), _quiet)
+    start = report["train"]["history"][0]
+    for key in ("greedy", "t07"):
+        assert start[key] == pytest.approx(prior["train"]["final"][key], abs=0.02)
+    a, b = (json.loads((d / "config.json").read_text()) for d in (first, second))
+    assert a["draft_vocab_size"] == b["draft_vocab_size"]
+    assert report["init_from"]["path"] == str(first) and report["init_from"]["steps"] == 3
+    with pytest.raises(EdgeSpecError, match="--kind eagle3"):
+        distill(replace(_config(tiny_target, tmp_path / "layers", 0), init_from=first), _quiet)
+    with pytest.raises(EdgeSpecError, match="not an EAGLE-3 head directory"):
+        distill(replace(_eagle(tiny_target, tmp_path / "third", steps=1), init_from=tmp_path), _quiet)
+
 
 def test_answers_of_several_runs_merge_without_repeats(tiny_target, tmp_path):
     """Data accumulates across runs: --data takes several answers files (other seeds, other sessions), keeps each

@@ -51,6 +51,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--aux-layers", type=int, nargs=3, metavar=("LOW", "MID", "HIGH"),
                    help="--kind eagle3: the residual streams it reads, as inputs of target layers (0 = embeddings, "
                         "L = the last layer's output; default 2, L/2, L)")
+    p.add_argument("--init-from", type=Path, metavar="HEAD_DIR",
+                   help="eagle3: continue from this saved head (its vocabulary and weights), e.g. on more data")
     p.add_argument("--steps", type=_positive(int), metavar="N", help="exact training steps (reproducible)")
     p.add_argument("--data-jobs", type=_positive(int), metavar="N", help="exact number of generation batches")
     p.add_argument("--batch", type=_positive(int), default=64, metavar="N", help="generation batch (default 64)")
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = DistillConfig(target=args.target, out=args.out, minutes=args.minutes, prompts_file=args.prompts,
                         device=args.device, seed=args.seed, kind=args.kind, layers=args.layers,
                         aux_layers=tuple(args.aux_layers) if args.aux_layers else None, threads=args.threads,
-                        answers=tuple(args.data) if args.data else None,
+                        answers=tuple(args.data) if args.data else None, init_from=args.init_from,
                         data_only=args.data_only, command="edge-spec " + shlex.join(sys.argv[1:]),
                         data=dataclasses.replace(DataConfig(), batch=args.batch, max_jobs=args.data_jobs),
                         train=dataclasses.replace(TrainConfig(), steps=args.steps),

@@ -7,6 +7,7 @@ import json
 import platform
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -39,8 +40,12 @@ def our_aux_layers(n_layers: int) -> tuple[int, int, int]:
 
 
 def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], held_seqs: list[Sequence],
-                data_stats: dict, seconds: float | None, log: Callable[[str], None] = print) -> dict:
-    """Train (or resume) an EAGLE-3 head in ``cfg.out`` and save it in the published layout; return the report."""
+                data_stats: dict, seconds: float | None, log: Callable[[str], None] = print,
+                teacher_top_k: int | None = None) -> dict:
+    """Train (or resume) an EAGLE-3 head in ``cfg.out`` and save it in the published layout; return the report.
+
+    ``teacher_top_k``: the sequences carry ids only; the feature pass fills their teacher targets.
+    ``cfg.init_from``: start from that saved head (its draft vocabulary and weights) instead of the target's layers."""
     from edge_spec.distill.card import render_eagle_card
     from edge_spec.distill.run import check_marker
 
@@ -54,14 +59,23 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
     ecfg = dataclasses.replace(cfg.eagle, seed=cfg.seed)
     ckpt = cfg.out / "checkpoint-eagle3"
     check_marker(ckpt / "train.json", {"aux_layers": list(aux), "draft_vocab": ecfg.draft_vocab,
-                                       "max_len": ecfg.max_len, "depth": ecfg.depth}, cfg.out)
-    store = extract_features(model, train_seqs + held_seqs, aux, cfg.out / "features", ecfg.max_len, log)
+                                       "max_len": ecfg.max_len, "depth": ecfg.depth,
+                                       "init_from": str(cfg.init_from) if cfg.init_from else None}, cfg.out)
+    prior = _prior_head(cfg.init_from, target, aux) if cfg.init_from else None
+    store = extract_features(model, train_seqs + held_seqs, aux, cfg.out / "features", ecfg.max_len, log,
+                             teacher_top_k=teacher_top_k)
     scale = aux_scale(store, len(aux), seed=cfg.seed)
-    kept = choose_vocab(train_seqs, model.config.vocab_size, ecfg.draft_vocab, target.stop_ids)
+    if prior is None:
+        kept = choose_vocab(train_seqs, model.config.vocab_size, ecfg.draft_vocab, target.stop_ids)
+        head = init_head(model, head_config(model, aux, len(kept)), kept, scale)
+    else:
+        head, kept = prior, prior.draft_to_target.numpy()
+        with torch.no_grad():  # the saved fc reads raw features; training feeds them scaled (fold_scale undone)
+            head.fc.weight.div_(torch.from_numpy(scale)[None, :])
+        log(f"head: starting from {cfg.init_from}")
     covered = _coverage(held_seqs, kept)
     log(f"draft vocabulary: {len(kept):,} of {model.config.vocab_size:,} target tokens, covering {covered:.3%} of "
         "held-out answer tokens")
-    head = init_head(model, head_config(model, aux, len(kept)), kept, scale)
     feature_seconds = time.time() - t_start
     budget = None if seconds is None else max(60.0, seconds - feature_seconds)
     result = train_head(head, model.model.embed_tokens, train_seqs, held_seqs, store, scale, ecfg, ckpt, budget, log)
@@ -74,6 +88,7 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
                     "params_stored": sum(p.numel() for p in head.parameters())},
         "data": data_stats,
         "features_seconds": round(feature_seconds, 1),
+        "init_from": _prior_summary(cfg.init_from) if cfg.init_from else None,
         "train": result,
         "seed": cfg.seed, "device": cfg.device, "torch": torch.__version__, "python": platform.python_version(),
         "threads": torch.get_num_threads(),
@@ -86,6 +101,36 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
     fin = result["final"]
     log(f"saved EAGLE-3 head to {cfg.out} (held-out acceptance by depth: greedy {fin['greedy']}, T=0.7 {fin['t07']})")
     return report
+
+
+def _prior_head(path: Path, target: Target, aux: tuple[int, ...]) -> torch.nn.Module:
+    """The saved head at ``path`` to continue training; one sentence when it was made for another target."""
+    from edge_spec.distill.eagle import load_head
+
+    if not (Path(path) / "config.json").is_file():
+        raise EdgeSpecError(f"--init-from '{path}' is not an EAGLE-3 head directory (no config.json); pass the "
+                            "--out directory of an earlier `edge-spec distill --kind eagle3` run.")
+    raw = json.loads((Path(path) / "config.json").read_text())
+    sha = (raw.get("edge_spec_drafter") or {}).get("target_sha256")
+    if sha is not None and sha != target.sha256:
+        raise EdgeSpecError(f"--init-from '{path}' was trained for another target (sha256 {sha[:12]}...); start "
+                            "from a head of this target or leave --init-from out.")
+    head = load_head(Path(path), target.model.config.num_hidden_layers)
+    want = head_config(target.model, aux, head.c.draft_vocab)
+    if head.c != want:
+        raise EdgeSpecError(f"--init-from '{path}' has another shape than this run's head (aux layers "
+                            f"{list(head.c.aux_layers)}, hidden {head.c.hidden}); pass the same --aux-layers or "
+                            "leave --init-from out.")
+    return head
+
+
+def _prior_summary(path: Path) -> dict:
+    """What the starting head was: its path and the training recorded beside it."""
+    report = Path(path) / "training.json"
+    info = json.loads(report.read_text()) if report.is_file() else {}
+    train = info.get("train") or {}
+    return {"path": str(path), "steps": train.get("steps"), "seconds": train.get("seconds"),
+            "train_tokens": (info.get("data") or {}).get("train_tokens")}
 
 
 def _coverage(seqs: list[Sequence], kept: np.ndarray) -> float:

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from edge_spec.distill.data import EVAL_TEMPERATURE, Sequence
 from edge_spec.distill.eagle import Eagle3Config, Eagle3Head
+from edge_spec.distill.ids import fill_teacher, teacher_targets
 
 
 @dataclass(frozen=True)
@@ -81,9 +82,12 @@ def _aux_hooks(model: torch.nn.Module, aux: tuple[int, ...], store: dict[int, to
 
 @torch.no_grad()
 def extract_features(model: torch.nn.Module, seqs: list[Sequence], aux: tuple[int, ...], out_dir: Path,
-                     max_len: int, log: Callable[[str], None] = print, batch_tokens: int = 4096) -> FeatureStore:
+                     max_len: int, log: Callable[[str], None] = print, batch_tokens: int = 4096,
+                     teacher_top_k: int | None = None) -> FeatureStore:
     """Teacher-forced passes over ``seqs`` (first ``max_len`` ids each); the aux features of every position.
 
+    With ``teacher_top_k`` the same passes also fill each sequence's teacher targets (``ids.fill_teacher``, answer
+    rows within ``max_len``: all that training reads), so ids-only data costs one pass, not two.
     Cached in ``out_dir`` under a key of (sequences, aux layers, max_len); written to a temporary file and
     renamed, so an interrupted extraction starts again rather than leaving a half-written store."""
     lens = np.array([min(len(s.ids), max_len) for s in seqs], np.int64)
@@ -96,6 +100,8 @@ def extract_features(model: torch.nn.Module, seqs: list[Sequence], aux: tuple[in
     offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     dim = model.config.hidden_size * len(aux)
     if path.exists():
+        if teacher_top_k:
+            teacher_targets(model, seqs, teacher_top_k, log=log)
         return FeatureStore(path, offsets, dim)
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("features_*.f16"):  # one store per run directory: the data changed
@@ -118,7 +124,10 @@ def extract_features(model: torch.nn.Module, seqs: list[Sequence], aux: tuple[in
             for r, s in enumerate(idx):
                 ids[r, :lens[s]] = torch.from_numpy(np.asarray(seqs[s].ids[:lens[s]], np.int64))
                 mask[r, :lens[s]] = 1
-            model.model(input_ids=ids.to(dev), attention_mask=mask.to(dev), use_cache=False)
+            out = model.model(input_ids=ids.to(dev), attention_mask=mask.to(dev), use_cache=False)
+            if teacher_top_k:
+                for r, s in enumerate(idx):
+                    fill_teacher(model, seqs[s], out.last_hidden_state[r], teacher_top_k)
             feats = torch.cat([store[j] for j in aux], -1).to(torch.float16).cpu().numpy()
             for r, s in enumerate(idx):
                 mm[offsets[s]:offsets[s + 1]] = feats[r, :lens[s]]

@@ -96,6 +96,19 @@ def read_many(paths: list[Path]) -> tuple[list[Sequence], list[Sequence], dict]:
 
 
 @torch.no_grad()
+def fill_teacher(model: torch.nn.Module, seq: Sequence, hidden: torch.Tensor, top_k: int) -> None:
+    """Set ``seq``'s teacher top-k ids / logits and logsumexp (T = 1 and 0.7) from ``hidden`` [S', H], the target's
+    final (normed) hidden states of its first S' ids: one row per answer token whose position S' covers."""
+    a, b = seq.prompt_len - 1, min(len(seq.ids), len(hidden)) - 1  # positions whose next token is an answer token
+    logits = model.lm_head(hidden[a:max(a, b)]).float()  # [answer rows, V]
+    top_v, top_i = logits.topk(top_k, -1)
+    seq.topk_ids = top_i.cpu().numpy().astype(np.int32)
+    seq.topk_logits = top_v.cpu().numpy().astype(np.float16)
+    seq.lse = torch.stack([logits.logsumexp(-1), (logits / EVAL_TEMPERATURE).logsumexp(-1)], -1).cpu() \
+        .numpy().astype(np.float32)
+
+
+@torch.no_grad()
 def teacher_targets(model: torch.nn.Module, seqs: list[Sequence], top_k: int = 32, batch_tokens: int = 4096,
                     log: Callable[[str], None] = print) -> None:
     """Fill each sequence's teacher top-k ids / logits and logsumexp (T = 1 and 0.7) at its answer positions, from
@@ -115,14 +128,7 @@ def teacher_targets(model: torch.nn.Module, seqs: list[Sequence], top_k: int = 3
             mask[r, :n] = 1
         hidden = model.model(input_ids=ids.to(dev), attention_mask=mask.to(dev), use_cache=False).last_hidden_state
         for r, s in enumerate(idx):
-            seq = seqs[s]
-            a, b = seq.prompt_len - 1, len(seq.ids) - 1  # positions whose next token is an answer token
-            logits = model.lm_head(hidden[r, a:b]).float()  # [answer, V]
-            top_v, top_i = logits.topk(top_k, -1)
-            seq.topk_ids = top_i.cpu().numpy().astype(np.int32)
-            seq.topk_logits = top_v.cpu().numpy().astype(np.float16)
-            seq.lse = torch.stack([logits.logsumexp(-1), (logits / EVAL_TEMPERATURE).logsumexp(-1)], -1).cpu() \
-                .numpy().astype(np.float32)
+            fill_teacher(model, seqs[s], hidden[r], top_k)
         i += len(idx)
         done += int(mask.sum())
         if time.time() - t0 > 30 or i >= len(order):

@@ -39,6 +39,7 @@ class DistillConfig:
     # train on these target-written ids (answers.npz files, merged without repeats) instead of generating
     answers: Path | tuple[Path, ...] | None = None
     layers_from: tuple[int, ...] | None = None  # target layers to start from; default: evenly spaced
+    init_from: Path | None = None  # eagle3: start from this saved head (its vocabulary and weights)
     threads: int | None = None
     data_only: bool = False
     command: str | None = None  # how this run was started, for the model card
@@ -93,6 +94,9 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
     log(f"target: loading {cfg.target}")
     if cfg.kind not in ("layers", "eagle3"):
         raise EdgeSpecError(f"--kind '{cfg.kind}' is not known; use layers or eagle3.")
+    if cfg.init_from is not None and cfg.kind != "eagle3":
+        raise EdgeSpecError("--init-from continues an EAGLE-3 head; add --kind eagle3 (a layer drafter resumes from "
+                            "its own --out directory).")
     target = load_target(cfg.target, device)
     n_target = target.model.config.num_hidden_layers
     layers_from = list(cfg.layers_from) if cfg.layers_from else spread_layers(n_target, cfg.layers)
@@ -119,7 +123,7 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
             ids_mod.pack(train_seqs, held_seqs, cfg.out / "data" / "answers.npz",
                          {"target_sha256": target.sha256, "generation_seconds": info["generation_seconds"],
                           "merged": info["files"]})
-        else:
+        elif cfg.kind != "eagle3":  # an EAGLE-3 run fills them in its feature pass (one pass, not two)
             ids_mod.teacher_targets(target.model, train_seqs + held_seqs, data_cfg.top_k, log=log)
         shards, data_seconds = list(answers), 0.0
     else:
@@ -147,7 +151,8 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
     # Generation time counts across resumed runs (it is stored with the shards); loading does not.
     train_budget = max(60.0, cfg.minutes * 60 - data_seconds) if cfg.minutes else None
     if cfg.kind == "eagle3":
-        return train_eagle(cfg, target, train_seqs, held_seqs, data_stats, train_budget, log)
+        return train_eagle(cfg, target, train_seqs, held_seqs, data_stats, train_budget, log,
+                           teacher_top_k=data_cfg.top_k if answers else None)
     drafter = build_drafter(target.model, layers_from)
     result = train(drafter, train_seqs, held_seqs, replace(cfg.train, seed=cfg.seed), cfg.out / "checkpoint",
                    train_budget, log)
