@@ -8,6 +8,9 @@ A bundle is a directory::
       target/                   model.onnx, model.onnx.data, genai_config.json
       drafter/                  model.onnx, model.onnx.data, id_map.npy (when trimmed)
 
+or, packaged for ONNX Runtime Mobile (``edge-spec package``), ``model.ort`` graphs (no external data)
+and ``required_operators.config`` at the root.
+
 Everything the runtime's memory planner needs is in the manifest; the runtime never
 opens the graphs to learn sizes. The schema is documented in ``docs/manifest.md`` —
 keep that file true to this module. Only the standard library is imported here, so
@@ -27,8 +30,9 @@ from edge_spec.errors import BundleError, EdgeSpecError
 
 MANIFEST_NAME = "edge_spec.json"
 FORMAT = "edge-spec-bundle"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 PRECISIONS = ("int4", "int8", "fp16", "fp32")
+GRAPH_FORMATS = ("onnx", "ort")  # ModelSpec.graph_format: an ONNX protobuf or an ORT-format flatbuffer
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,7 @@ class Quantization:
 class ModelSpec:
     """One ONNX decoder graph and everything needed to budget and drive it."""
 
-    graph: str  # path of model.onnx relative to the bundle root
+    graph: str  # path of model.onnx (or model.ort, see graph_format) relative to the bundle root
     data_files: tuple[str, ...]  # external-data files next to the graph (relative paths)
     architecture: str  # Hugging Face architecture, e.g. "LlamaForCausalLM"
     quantization: Quantization
@@ -94,6 +98,10 @@ class ModelSpec:
     # final norm. ``feature_dim`` = their count x the target's hidden size (float16 on the wire). None: no features.
     feature_layers: list[int] | None = None
     feature_dim: int | None = None
+    # "onnx": an ONNX protobuf (its weights in ``data_files``). "ort": ONNX Runtime's own flatbuffer format, the one
+    # ONNX Runtime Mobile loads (``edge-spec package``): graph optimizations applied, weights inside the file.
+    # Absent (bundles before version 6): "onnx".
+    graph_format: str = "onnx"
 
     @property
     def load_peak(self) -> int:
@@ -282,6 +290,9 @@ def _check_model(spec: ModelSpec, where: str) -> None:
         raise BundleError(f"The manifest's '{where}' has inconsistent heads ({spec.num_attention_heads} / "
                           f"{spec.num_kv_heads} KV) or vocabulary ({spec.vocab_size} of {spec.full_vocab_size}); "
                           "re-export the bundle.")
+    if spec.graph_format not in GRAPH_FORMATS:
+        raise BundleError(f"The manifest field '{where}.graph_format' is {spec.graph_format!r} but must be 'onnx' or "
+                          "'ort'; upgrade edge-spec or re-export the bundle.")
     if spec.kind not in ("decoder", "eagle3"):
         raise BundleError(f"The manifest field '{where}.kind' is {spec.kind!r} but must be 'decoder' or 'eagle3'; "
                           "upgrade edge-spec or re-export the bundle.")

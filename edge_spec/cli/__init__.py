@@ -15,7 +15,7 @@ import sys
 from edge_spec import __version__
 from edge_spec.errors import EdgeSpecError
 
-COMMANDS = ("export", "chat", "generate", "serve", "bench", "inspect", "distill")
+COMMANDS = ("export", "package", "chat", "generate", "serve", "bench", "inspect", "distill")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edge_spec.errors import ExportError
+
+if TYPE_CHECKING:
+    from edge_spec.export.pipeline import ExportOptions
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -35,7 +39,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
   edge-spec export --target Qwen/Qwen2.5-1.5B-Instruct --drafter Qwen/Qwen2.5-0.5B-Instruct \\
                    --out bundles/qwen --max-context 4096
   edge-spec export --target T --drafter D --out B --quant int8 --trim-vocab 8192 --force
-  edge-spec export --target T --drafter D --out B --calibration prompts.txt   # your own domain""")
+  edge-spec export --target T --drafter D --out B --calibration prompts.txt   # your own domain
+  edge-spec export --target model.gguf --drafter D --out bundles/phone --mobile   # .ort graphs""")
     p.add_argument("--target", required=True, metavar="DIR_OR_GGUF", help="target: FILE.gguf, checkpoint dir or hub id")
     p.add_argument("--drafter", metavar="DIR_OR_GGUF",
                    help="drafter (same tokenizer): FILE.gguf, an EAGLE-3 head dir (edge-spec distill --kind eagle3 "
@@ -72,6 +77,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "Face targets (the builder's graphs) keep fp32")
     p.add_argument("--execution-provider", default="cpu", choices=("cpu", "cuda", "dml", "webgpu"))
     p.add_argument("--trust-remote-code", action="store_true", help="allow checkpoints that need hub code")
+    p.add_argument("--mobile", action="store_true",
+                   help="write the graphs in the ORT format for ONNX Runtime Mobile, with the required-operators "
+                        "config of a reduced build (as 'edge-spec package' does to an exported bundle)")
     p.add_argument("--force", action="store_true", help="replace an existing output directory")
     p.set_defaults(run=run)
 
@@ -97,10 +105,42 @@ def run(args: argparse.Namespace) -> int:
                          force=args.force, trust_remote_code=args.trust_remote_code, lm_head=args.lm_head,
                          gguf_mode=args.gguf_mode,
                          kv_dtype={"fp16": "float16", "fp32": "float32", None: "auto"}[args.kv_dtype])
+    if args.mobile:
+        return _export_mobile(args, opts)
     m = export_bundle(args.target, args.drafter, args.out, opts)
     trim = f", drafter vocab {m.vocab_trim.kept}/{m.vocab_trim.full}" if m.vocab_trim else ""
     drafter = "no drafter" if m.drafter is None else \
         f"{'EAGLE-3 ' if m.drafter.kind == 'eagle3' else ''}drafter {m.drafter.quantization.precision}{trim}"
     print(f"Wrote bundle {args.out} (target {m.target.quantization.precision}, {drafter}) in "
           f"{m.notes.get('export_seconds')}s.")
+    return 0
+
+
+def _export_mobile(args: argparse.Namespace, opts: ExportOptions) -> int:
+    """Export the ONNX bundle into a temp dir beside ``--out``, package it into ``--out``, drop the temp dir."""
+    import os
+    import shutil
+    import tempfile
+    from dataclasses import replace
+
+    from edge_spec.cli.package_cmd import describe
+    from edge_spec.export.mobile import package_bundle
+    from edge_spec.export.pipeline import export_bundle
+
+    out = Path(args.out)
+    if out.exists() and not args.force:  # before minutes of exporting, not after
+        raise ExportError(f"The output '{out}' already exists; pass --force to replace it or choose another --out.")
+    parent = out.parent if str(out.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-onnx-", dir=parent))
+    except OSError as exc:
+        raise ExportError(f"Cannot write to the output directory '{parent}' ({exc.strerror}); choose a writable "
+                          "--out location.") from None
+    try:
+        export_bundle(args.target, args.drafter, work / "onnx", replace(opts, force=False))
+        m = package_bundle(work / "onnx", out, force=args.force)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(describe(out, m))
     return 0

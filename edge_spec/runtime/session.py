@@ -54,6 +54,8 @@ class ModelSession:
                               f"'{spec.quantization.kv_cache_dtype}' in the manifest; re-export with float32 or "
                               "float16.")
         options = session_options(threads, spin)
+        if spec.graph_format == "ort":  # say so rather than rely on the file name (ORT guesses from ".ort")
+            options.add_session_config_entry("session.load_model_format", "ORT")
         self._initializers = dict(initializers or {})  # ORT keeps raw pointers: the values must outlive the session
         for name, value in self._initializers.items():
             options.add_initializer(name, value)
