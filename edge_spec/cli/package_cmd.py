@@ -15,9 +15,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Write a copy of BUNDLE whose graphs are in ONNX Runtime's own format (.ort, converted with "
                     "onnxruntime.tools.convert_onnx_models_to_ort: optimizations applied, weights inside the file), "
                     "with required_operators.config and required_operators_and_types.config for a reduced ONNX "
-                    "Runtime Mobile build (build.py --minimal_build --include_ops_by_config ...; contrib ops kept), and the "
-                    "manifest's memory fields measured on the new graphs. The runtime (and every command) loads "
-                    "it like any bundle; the original is left untouched. Needs the export extra (the converter "
+                    "Runtime Mobile build (build.py --minimal_build --include_ops_by_config ...; contrib ops kept), "
+                    "and the manifest's memory fields measured on the new graphs. The runtime (and every command) "
+                    "loads it like any bundle; the original is left untouched. Needs the export extra (the converter "
                     "imports onnx); running the result needs only the base install. See docs/mobile.md.",
         examples="""
   edge-spec package bundles/smol --out bundles/smol-mobile
