@@ -78,7 +78,7 @@ def test_package_writes_ort_graphs_configs_and_a_measured_manifest(pair: tuple[P
     assert "com.microsoft;1;" in ops and "MatMulNBits" in ops and "GroupQueryAttention" in ops
     assert "# - target/model.ort" in ops and "tmp" not in ops
     assert '"inputs"' in (ort_dir / "required_operators_and_types.config").read_text()
-    assert m.notes["mobile"]["source_bundle"] == str(onnx_dir)
+    assert m.notes["mobile"]["source_bundle"] == str(onnx_dir) and m.version == SCHEMA_VERSION
 
 
 def test_ort_graph_gives_the_onnx_graphs_logits_bit_for_bit(pair: tuple[Path, Path]) -> None:

@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
         out.line(f"  {role:<8} {spec.architecture}: {spec.num_layers} layers, hidden {spec.hidden_size}, "
                  f"{spec.num_attention_heads} heads ({spec.num_kv_heads} KV) x {spec.head_size}, "
                  f"vocab {spec.vocab_size}/{spec.full_vocab_size}, context {spec.max_context}")
-        out.line(f"           {quant}; weights {common.mib(spec.weight_bytes)} on disk, "
+        fmt = " (ORT format)" if spec.graph_format == "ort" else ""
+        out.line(f"           {quant}; weights {common.mib(spec.weight_bytes)} on disk{fmt}, "
                  f"{common.mib(spec.load_bytes)} resident when loaded, KV {spec.kv_bytes_per_token} B/token")
         if spec.feature_layers:
             what = "EAGLE-3 head: reads" if spec.kind == "eagle3" else "outputs for the drafter"

@@ -25,9 +25,10 @@ import os
 import shutil
 import time
 from dataclasses import asdict, replace
+from datetime import datetime, timezone
 from pathlib import Path
 
-from edge_spec.bundle import Manifest, ModelSpec, read_manifest, write_manifest
+from edge_spec.bundle import SCHEMA_VERSION, Manifest, ModelSpec, read_manifest, write_manifest
 from edge_spec.errors import BundleError, ExportError
 
 OPERATORS_CONFIG = "required_operators.config"
@@ -65,8 +66,10 @@ def package_bundle(bundle: str | os.PathLike[str], out: str | os.PathLike[str], 
         notes["mobile"] = {"source_bundle": str(src), "onnxruntime": ort.__version__,
                            "optimization": "Fixed style, level all (NchwcTransformer off)",
                            "operator_configs": [OPERATORS_CONFIG, TYPED_OPERATORS_CONFIG],
+                           "packaged_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                            "package_seconds": round(time.perf_counter() - t0, 1)}
-        packaged = replace(manifest, target=new["target"], drafter=new.get("drafter"), notes=notes)
+        packaged = replace(manifest, target=new["target"], drafter=new.get("drafter"), notes=notes,
+                           version=SCHEMA_VERSION)  # graph_format is new in 6: older readers must say "upgrade"
         write_manifest(tmp, packaged)
         read_manifest(tmp)  # every file it names is there
         _finish(tmp, dest)
