@@ -153,3 +153,16 @@ def test_export_mobile_writes_an_ort_bundle(tmp_path: Path, capsys: pytest.Captu
     m = read_manifest(tmp_path / "b")
     assert m.drafter is None and m.target.graph == "target/model.ort" and m.target.graph_format == "ort"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "t.gguf"]  # the ONNX bundle in between is gone
+
+
+def test_package_without_onnx_says_what_to_install(pair: tuple[Path, Path], tmp_path: Path) -> None:
+    """The converter imports onnx (the export extra); the base install gets one sentence, not a traceback."""
+    script = LEAN.split("from edge_spec import Engine")[0] + (
+        "from edge_spec.cli import main\nraise SystemExit(main(['package', sys.argv[1], '--out', sys.argv[2]]))\n")
+    proc = subprocess.run([sys.executable, "-c", script, str(pair[0]), str(tmp_path / "out")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == ("edge-spec: error: Packaging for ONNX Runtime Mobile needs ONNX Runtime's "
+                                   "converter, which imports 'onnx'; install the export extra: pip install "
+                                   "'edge-spec[export]'.")
+    assert not (tmp_path / "out").exists()

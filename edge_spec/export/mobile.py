@@ -99,8 +99,9 @@ def _converter() -> _Tools:
     try:
         return _Tools()
     except ImportError as exc:
+        missing = (exc.name or "onnx").split(".")[0]
         raise ExportError(f"Packaging for ONNX Runtime Mobile needs ONNX Runtime's converter, which imports "
-                          f"'{exc.name}'; install the export extra: pip install 'edge-spec[export]'.") from None
+                          f"'{missing}'; install the export extra: pip install 'edge-spec[export]'.") from None
 
 
 @contextlib.contextmanager
