@@ -166,3 +166,35 @@ def test_package_without_onnx_says_what_to_install(pair: tuple[Path, Path], tmp_
                                    "converter, which imports 'onnx'; install the export extra: pip install "
                                    "'edge-spec[export]'.")
     assert not (tmp_path / "out").exists()
+
+
+def test_an_eagle3_bundle_packages_and_gives_the_same_tokens(tmp_path: Path) -> None:
+    """A feature drafter's graph (target_hidden / prev_hidden inputs, hidden_out) and a target that outputs its
+    features convert too; tokens equal the ONNX bundle's, speculative equals plain."""
+    pytest.importorskip("torch")
+    from edge_spec.export import own_build
+    from edge_spec.export.pipeline import ExportOptions, Quant, export_bundle
+    from edge_spec.fetch import file_sha256
+    from edge_spec.runtime.engine import Engine
+    from tests.test_eagle import _config, random_head, save_head
+    from tests.test_gguf_export import write_tiny_gguf
+
+    target = write_tiny_gguf(tmp_path / "t.gguf", "llama", 3, seed=1)
+    vocab = int(own_build.gguf_source(str(target), "target").config["vocab_size"])
+    save_head(random_head(_config(vocab=vocab)), tmp_path / "head",
+              extra={"edge_spec_drafter": {"target_sha256": file_sha256(target)}})
+    opts = ExportOptions(trim_vocab=None, max_context=64, target_quant=Quant("int4", 4), gguf_mode="split")
+    export_bundle(str(target), str(tmp_path / "head"), tmp_path / "onnx", opts, progress=None)
+    assert main(["package", str(tmp_path / "onnx"), "--out", str(tmp_path / "ort")]) == 0
+    m = read_manifest(tmp_path / "ort")
+    assert m.drafter.kind == "eagle3" and m.drafter.graph_format == "ort" and m.target.feature_layers == [0, 2, 3]
+    ref = Engine.load(tmp_path / "onnx", max_context=64)
+    packaged = Engine.load(tmp_path / "ort", max_context=64, drafting="model")  # the head drafts every step
+    drafted = 0
+    for ids in PROMPTS:
+        want = ref.generate(ids, max_new_tokens=16, speculative=False).token_ids
+        assert packaged.generate(ids, max_new_tokens=16, speculative=False).token_ids == want
+        sd = packaged.generate(ids, max_new_tokens=16, draft_length=3)  # fixed: a random head would be switched off
+        assert sd.token_ids == want
+        drafted += sd.stats.drafted
+    assert drafted > 0
