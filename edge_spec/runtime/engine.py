@@ -24,7 +24,7 @@ from edge_spec.runtime.detok import StreamDetokenizer, byte_table
 from edge_spec.runtime.drafting import DraftPolicy
 from edge_spec.runtime.memory import current_rss, drop_mapped_pages
 from edge_spec.runtime.options import thread_plan
-from edge_spec.runtime.providers import resolve_device
+from edge_spec.runtime.providers import resolve
 from edge_spec.runtime.sampling import Noise, Rejection
 from edge_spec.runtime.session import ModelSession, shared_initializers
 from edge_spec.runtime.speculative import Decoder, decode
@@ -77,8 +77,9 @@ class Engine:
                             draft_length, drafting, threads, spin, drafter_threads)
         (t_threads, t_spin), (d_threads, d_spin) = thread_plan(threads, spin, drafter_threads)
         root = resolve_bundle(bundle)  # "demo": the demo bundle, exported on first use
-        t_dev, t_providers = resolve_device(device, strict, "target")
-        d_dev, d_providers = resolve_device(drafter_device or device, strict, "drafter")
+        t_device = resolve(device, strict, "target")  # e.g. "webgpu", "openvino:NPU" (runtime/providers.py)
+        d_device = resolve(drafter_device or device, strict, "drafter")
+        t_dev, d_dev = t_device.name, d_device.name
         manifest, tokenizer, plan = _prepare(root, config, prompt, max_new_tokens)
         # Speculating: pad 1-token target passes to the graph's batch-invariant size, so a verify
         # pass computes each row exactly as a plain step does (greedy SD == greedy AR, bit for bit).
@@ -89,7 +90,7 @@ class Engine:
         # an EAGLE-3 drafter reads the target's features: only then does the target write them (into a history
         # buffer the plan counts); otherwise the graph's feature output stays unbound and costs nothing
         features = plan.mode == "speculative" and manifest.drafter is not None and manifest.drafter.kind == "eagle3"
-        target = ModelSession(root / manifest.target.graph, manifest.target, providers=t_providers, device=t_dev,
+        target = ModelSession(root / manifest.target.graph, manifest.target, device=t_device,
                               capacity=plan.max_context, max_rows=plan.target_rows, threads=t_threads,
                               min_rows=min_rows, initializers=shared, spin=t_spin, features=features)
         # The target is built and has run a pass: the weights it repacked need not stay resident (before the drafter
@@ -98,8 +99,8 @@ class Engine:
         drafter = id_map = None
         if plan.mode == "speculative":
             assert manifest.drafter is not None
-            drafter = ModelSession(root / manifest.drafter.graph, manifest.drafter, providers=d_providers,
-                                   device=d_dev, capacity=plan.max_context, max_rows=plan.drafter_rows,
+            drafter = ModelSession(root / manifest.drafter.graph, manifest.drafter, device=d_device,
+                                   capacity=plan.max_context, max_rows=plan.drafter_rows,
                                    threads=d_threads, initializers=shared, spin=d_spin)
             if manifest.vocab_trim is not None:
                 id_map = _load_id_map(root, manifest)
