@@ -19,6 +19,7 @@ from edge_spec.bundle import Manifest, ModelSpec, SharedInitializer
 from edge_spec.errors import BundleError, EdgeSpecError
 from edge_spec.runtime.kv import KVCache
 from edge_spec.runtime.options import session_options
+from edge_spec.runtime.providers import Device
 
 _DTYPES = {"float32": np.float32, "float16": np.float16}
 
@@ -39,11 +40,15 @@ class ModelSession:
     greedy speculative output equals greedy plain decoding token for token.
     """
 
-    def __init__(self, graph: str | Path, spec: ModelSpec, *, providers: Sequence[str], device: str,
-                 capacity: int, max_rows: int, threads: int = 0, min_rows: int = 1, spin: bool = False,
+    def __init__(self, graph: str | Path, spec: ModelSpec, *, providers: Sequence | None = None,
+                 device: str | Device = "cpu", capacity: int, max_rows: int, threads: int = 0, min_rows: int = 1,
+                 spin: bool = False,
                  initializers: Mapping[str, ort.OrtValue] | None = None, features: bool = False) -> None:
         self.spec = spec
-        self.device = device
+        if isinstance(device, Device):  # a resolved device (runtime/providers.py) brings its providers and options
+            providers = device.providers
+        self.device = device.name if isinstance(device, Device) else device
+        kind = self.device.split(":", 1)[0]
         self.max_rows = max_rows
         self.min_rows = max(1, min_rows)
         pad = self.min_rows - 1
@@ -56,11 +61,14 @@ class ModelSession:
         options = session_options(threads, spin)
         if spec.graph_format == "ort":  # say so rather than rely on the file name (ORT guesses from ".ort")
             options.add_session_config_entry("session.load_model_format", "ORT")
+        if isinstance(device, Device):
+            device.apply(options)  # a plugin provider is added to the options, not named in providers=
         self._initializers = dict(initializers or {})  # ORT keeps raw pointers: the values must outlive the session
         for name, value in self._initializers.items():
             options.add_initializer(name, value)
         try:
-            self.session = ort.InferenceSession(str(graph), options, providers=list(providers))
+            self.session = ort.InferenceSession(str(graph), options,
+                                                providers=list(providers or ["CPUExecutionProvider"]) or None)
         except Exception as exc:  # ORT raises several unrelated types for a bad file
             raise BundleError(f"ONNX Runtime could not load '{graph}' ({str(exc).splitlines()[0][:200]}); "
                               "the bundle is corrupt or was exported for another runtime, re-export it.") from None
@@ -89,22 +97,30 @@ class ModelSession:
         self._vocab = spec.vocab_size
 
         self.io = self.session.io_binding()
-        kv_device = "cuda" if device == "cuda" else "cpu"
-        self._kv_values = []  # keep the OrtValues alive as long as the binding
         pk = inn.get("past_key", "past_key_values.%d.key")
         pv = inn.get("past_value", "past_key_values.%d.value")
         ok = out.get("present_key", "present.%d.key")
         ov = out.get("present_value", "present.%d.value")
-        for layer in range(spec.num_layers):
-            for past, present, buf in ((pk, ok, self.kv.keys[layer]), (pv, ov, self.kv.values[layer])):
-                if kv_device == "cpu":
-                    value = ort.OrtValue.ortvalue_from_numpy(buf)  # shares buf's memory
-                else:
-                    value = ort.OrtValue.ortvalue_from_shape_and_type(buf.shape, kv_dtype, kv_device, 0)
-                self._kv_values.append(value)
-                self.io.bind_ortvalue_input(past % layer, value)
-                self.io.bind_ortvalue_output(present % layer, value)  # same buffer: shared past/present
-        if kv_device != "cpu":
+        pairs = [(past % layer, present % layer) for layer in range(spec.num_layers)
+                 for past, present in ((pk, ok), (pv, ov))]
+        if kind == "webgpu":
+            # numpy KV bound on a GPU provider is copied in and out around every pass, and WebGPU's
+            # GroupQueryAttention then no longer sees past and present as one buffer (measured: wrong tokens from
+            # the second step on). So the buffers live on the device, allocated once by ORT itself (this
+            # onnxruntime cannot allocate WebGPU memory from Python): see _device_kv.
+            self._kv_values = self._device_kv(pairs, kind)
+            self.io = self.session.io_binding()  # a fresh binding: reusing the bootstrap one corrupts the heap
+        elif kind == "cuda":
+            self._kv_values = [ort.OrtValue.ortvalue_from_shape_and_type(self.kv.keys[0].shape, kv_dtype, "cuda", 0)
+                               for _ in pairs]
+        else:  # shares the numpy buffers' memory: the CPU provider (and OpenVINO, whose graphs leave
+            # GroupQueryAttention to it) updates them in place
+            self._kv_values = [ort.OrtValue.ortvalue_from_numpy(buf) for layer in range(spec.num_layers)
+                               for buf in (self.kv.keys[layer], self.kv.values[layer])]
+        for (past, present), value in zip(pairs, self._kv_values):  # keep the OrtValues alive as long as the binding
+            self.io.bind_ortvalue_input(past, value)
+            self.io.bind_ortvalue_output(present, value)  # same buffer: shared past/present
+        if kind in ("webgpu", "cuda"):  # the cache is on the device; the host buffers are never touched
             self.kv.keys.clear()
             self.kv.values.clear()
 
@@ -120,6 +136,30 @@ class ModelSession:
         except AttributeError:
             self._fast = None
         self._probe(graph)
+
+    def _device_kv(self, pairs: list[tuple[str, str]], device_type: str) -> list[ort.OrtValue]:
+        """KV buffers [1, kv_heads, capacity + pad, head_size] on the device, one per (past, present) pair.
+
+        One bootstrap pass allocates them: every past input is a host buffer of full capacity (the zero pages of
+        layer 0's key buffer, read-only here) and every present output is left to ORT on ``device_type``;
+        GroupQueryAttention's present then has the past's full length, and ORT hands those device tensors back.
+        What the pass wrote (one row at position 0) is scratch: the cursor stays at 0."""
+        io = self.session.io_binding()
+        zeros = self.kv.keys[0]  # [1, kv_heads, capacity + pad, head_size], never written on this path
+        io.bind_cpu_input(self._ids_name, self.ids[:, :1])
+        io.bind_cpu_input(self._mask_name, self.mask[:, :1])
+        for past, _ in pairs:
+            io.bind_cpu_input(past, zeros)
+        io.bind_output(self._logits_name, "cpu")
+        for _, present in pairs:
+            io.bind_output(present, device_type)
+        self.session.run_with_iobinding(io)
+        names = [o.name for o in self.session.get_outputs()]
+        values = dict(zip([self._logits_name] + [p for _, p in pairs], io.get_outputs()))
+        if any(p not in names for _, p in pairs) or list(values[pairs[0][1]].shape()) != list(zeros.shape):
+            raise BundleError(f"The graph's present outputs do not keep the past's length on {device_type}; this "
+                              "provider cannot share the KV buffers, use device='cpu'.")
+        return [values[present] for _, present in pairs]
 
     def _probe(self, graph: str | Path) -> None:
         """One 1-token pass at load: sizes the graph leaves symbolic (head size) must match the KV buffers
