@@ -82,6 +82,20 @@ def budget(text: str) -> str:
     return text
 
 
+def device(text: str) -> str:
+    """A device name, with OpenVINO's device after a colon (openvino:NPU) or a device number (cuda:1)."""
+    from edge_spec.runtime.providers import parse_device
+
+    try:
+        parse_device(text)
+    except EdgeSpecError as exc:
+        if text.partition(":")[0].lower() not in DEVICES:
+            raise argparse.ArgumentTypeError(f"invalid choice: '{text}' (choose from {', '.join(DEVICES)}; "
+                                             "openvino:CPU|GPU|NPU picks OpenVINO's device)") from None
+        raise argparse.ArgumentTypeError(str(exc).rstrip(".")) from None
+    return text
+
+
 BUNDLE_HELP = "bundle directory, or 'demo' for the demo pair (exported once on first use)"
 
 
@@ -99,10 +113,11 @@ def add_load_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--memory-budget", type=budget, metavar="SIZE",
                    help="most bytes the process may hold, e.g. 300MB or 1.5GiB (default: no limit); the plan "
                         "shrinks context and draft length, then drops the drafter, to fit")
-    g.add_argument("--device", default="cpu", choices=DEVICES, metavar="DEVICE",
-                   help=f"device of the target: {', '.join(DEVICES)} (default cpu; an unavailable one falls back "
-                        "to cpu with a warning)")
-    g.add_argument("--drafter-device", choices=DEVICES, metavar="DEVICE", help="device of the drafter (default: "
+    g.add_argument("--device", default="cpu", type=device, metavar="DEVICE",
+                   help=f"device of the target: {', '.join(DEVICES)}; openvino:CPU, openvino:GPU or openvino:NPU "
+                        "picks OpenVINO's device (default cpu; an unavailable one falls back to cpu with a warning; "
+                        "docs/devices.md says what to install)")
+    g.add_argument("--drafter-device", type=device, metavar="DEVICE", help="device of the drafter (default: "
                    "--device)")
     g.add_argument("--threads", type=nonneg_int, default=0, metavar="N",
                    help="CPU threads of the target's ONNX Runtime session (default 0 = all physical cores)")

@@ -18,12 +18,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "the memory plan for a budget, item by item. The plan comes from the manifest plus this "
                     "process's baseline (python, onnxruntime and the tokenizer), exactly as Engine.load plans it; "
                     "then each graph is opened in ONNX Runtime and checked against the manifest (layers, KV heads, "
-                    "head size, vocabulary), so a damaged bundle exits non-zero.",
+                    "head size, vocabulary), so a damaged bundle exits non-zero. With --device, each graph is also "
+                    "opened for that device and ONNX Runtime's node placement is listed: which op types each "
+                    "execution provider takes and which fall back to the CPU provider.",
         examples="""
   edge-spec inspect demo                                  # the demo pair, exported on first use
   edge-spec inspect bundles/qwen
   edge-spec inspect bundles/qwen --memory-budget 300MB
-  edge-spec inspect bundles/qwen --memory-budget 1GiB --json | jq .plan.items""")
+  edge-spec inspect bundles/qwen --memory-budget 1GiB --json | jq .plan.items
+  edge-spec inspect demo --device webgpu                  # which nodes WebGPU runs, which stay on the CPU
+  edge-spec inspect demo --device openvino:NPU --drafter-device cpu""")
     p.add_argument("bundle", metavar="BUNDLE", help=common.BUNDLE_HELP)
     p.add_argument("--memory-budget", type=common.budget, metavar="SIZE", help="plan for this budget (default none)")
     p.add_argument("--max-context", type=common.positive_int, metavar="N", help="cap the planned context")
@@ -31,6 +35,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    "'edge-spec generate' does")
     p.add_argument("--max-new-tokens", type=common.positive_int, metavar="N",
                    help="plan the context for a request of this many new tokens (prompt + N, rounded up to 128)")
+    p.add_argument("--device", type=common.device, metavar="DEVICE",
+                   help="list ONNX Runtime's node placement of each graph on this device (as --device of "
+                        "chat/generate; a device this onnxruntime lacks is an error here, not a fallback)")
+    p.add_argument("--drafter-device", type=common.device, metavar="DEVICE",
+                   help="the drafter's device for the placement (default: --device)")
     p.add_argument("--json", action="store_true", help="print the manifest and the plan as JSON")
     p.set_defaults(run=run)
 
@@ -48,11 +57,15 @@ def run(args: argparse.Namespace) -> int:
     m = read_manifest(root)
     tok = Tokenizer.from_file(str(root / m.tokenizer.files[0]))
     _check_graphs(root, m)  # after planning: the sessions' memory is not part of the baseline
+    placement = _placement(root, m, args.device, args.drafter_device) if args.device or args.drafter_device else {}
     stops = [(i, tok.id_to_token(i)) for i in m.tokenizer.stop_token_ids]
     if args.json:
         print(json.dumps({"bundle": str(root), "manifest": m.to_json(), "stop_tokens": dict(stops),
                           "plan": {**asdict(plan), "items": [{"what": w, "bytes": b} for w, b in plan.items],
-                                   "total_bytes": plan.total_bytes}}, indent=2))
+                                   "total_bytes": plan.total_bytes},
+                          **({"placement": {role: {"device": dev, "nodes": p.nodes, "ops": p.ops}
+                                            for role, (dev, p) in placement.items()}} if placement else {})},
+                         indent=2))
         return 0
     out = common.Console(sys.stdout)
     out.line(f"Bundle {root} (manifest v{m.version}, {m.created_by}, {m.created_at})")
@@ -97,7 +110,27 @@ def run(args: argparse.Namespace) -> int:
     out.line(f"  {'total':<{width}}  {plan.total_bytes:>13,}")
     if plan.budget_bytes is not None:
         out.line(f"  {'budget':<{width}}  {plan.budget_bytes:>13,}")
+    if placement:
+        out.line("\nNode placement (ONNX Runtime's, per graph):")
+        for role, (dev, p) in placement.items():
+            out.line(f"  {role} on {dev}:")
+            for line in p.describe():
+                out.line(f"    {line}")
     return 0
+
+
+def _placement(root: Path, m, device: str | None, drafter_device: str | None) -> dict:
+    """{role: (device, Placement)} for the graphs of the bundle on the devices asked for."""
+    from edge_spec.runtime.placement import node_placement
+    from edge_spec.runtime.providers import resolve
+
+    out = {}
+    for role, spec, dev in (("target", m.target, device or "cpu"), ("drafter", m.drafter, drafter_device or device)):
+        if spec is None or dev is None:
+            continue
+        resolved = resolve(dev, strict=True, role=role)
+        out[role] = (resolved.name, node_placement(root / spec.graph, resolved))
+    return out
 
 
 def _check_graphs(root: Path, m) -> None:
