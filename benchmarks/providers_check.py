@@ -63,6 +63,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     prompts = list(CHAT_PROMPTS[:args.prompts])
     ids = prompt_ids(bundle, prompts)
     device = resolve(args.device, strict=True)
+    from edge_spec.bundle import read_manifest
+
+    manifest = read_manifest(bundle)  # placement first: a second WebGPU session beside a live engine crashed once
+    placement = {role: node_placement(bundle / spec.graph, device).__dict__
+                 for role, spec in (("target", manifest.target), ("drafter", manifest.drafter)) if spec is not None}
     engine = Engine.load(bundle, device=args.device, strict=True, threads=args.threads, max_context=512)
     greedy = {"max_new_tokens": args.tokens, "temperature": 0.0, "stop_token_ids": ()}
     engine.generate(ids[0], {**greedy, "max_new_tokens": 4, "speculative": False})  # shaders, first-run costs
@@ -94,11 +99,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 row["first_difference"] = {"step": k, "token": mine, "cpu_token": theirs,
                                            "margin_here": float(logits[mine] - logits[theirs])}
         rows.append(row)
+        if args.out:  # what is done so far survives a crash of a slow run
+            Path(args.out).with_suffix(".partial.json").write_text(json.dumps({"device": args.device, "rows": rows}))
         print(f"[{i + 1}/{len(prompts)}] sd==ar {row['sd_equals_ar']} equal_to_cpu {row.get('equal_to_cpu')} "
               f"{row.get('first_difference', '')}", flush=True)
-    placement = {role: node_placement(bundle / spec.graph, device).__dict__
-                 for role, spec in (("target", engine.manifest.target), ("drafter", engine.manifest.drafter))
-                 if spec is not None}
     n = sum(len(r["ar"]) for r in rows)
     out: dict[str, Any] = {
         "device": args.device, "providers": engine.target.session.get_providers(),

@@ -137,6 +137,12 @@ class ModelSession:
             self._fast = None
         self._probe(graph)
 
+    def __del__(self) -> None:
+        # Release in dependency order: the binding, then the KV values, then the session whose allocator made them
+        # (attributes would otherwise go in creation order, session first; on WebGPU that segfaults at teardown)
+        for name in ("_fast", "io", "_kv_values", "session"):
+            self.__dict__.pop(name, None)
+
     def _device_kv(self, pairs: list[tuple[str, str]], device_type: str) -> list[ort.OrtValue]:
         """KV buffers [1, kv_heads, capacity + pad, head_size] on the device, one per (past, present) pair.
 
