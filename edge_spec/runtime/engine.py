@@ -24,7 +24,7 @@ from edge_spec.runtime.detok import StreamDetokenizer, byte_table
 from edge_spec.runtime.drafting import DraftPolicy
 from edge_spec.runtime.memory import current_rss, drop_mapped_pages
 from edge_spec.runtime.options import thread_plan
-from edge_spec.runtime.providers import resolve
+from edge_spec.runtime.providers import MIN_ROWS, resolve
 from edge_spec.runtime.sampling import Noise, Rejection
 from edge_spec.runtime.session import ModelSession, shared_initializers
 from edge_spec.runtime.speculative import Decoder, decode
@@ -83,7 +83,8 @@ class Engine:
         manifest, tokenizer, plan = _prepare(root, config, prompt, max_new_tokens)
         # Speculating: pad 1-token target passes to the graph's batch-invariant size, so a verify
         # pass computes each row exactly as a plain step does (greedy SD == greedy AR, bit for bit).
-        min_rows = (manifest.target.batch_invariant_rows or 1) if plan.mode != "ar" else 1
+        min_rows = max(manifest.target.batch_invariant_rows or 1, MIN_ROWS.get(t_device.kind, 1)) \
+            if plan.mode != "ar" else 1
         # One mapping of the weights both graphs read (the embedding), given to both sessions. Always, as at
         # export, where the target's load_bytes are measured with it and the drafter's beside the target.
         shared = shared_initializers(root, manifest) if t_dev == "cpu" and d_dev == "cpu" else {}

@@ -52,6 +52,13 @@ PLUGINS = {"webgpu": "onnxruntime_ep_webgpu", "openvino": "onnxruntime_ep_openvi
 # the provider option a device's VARIANT sets
 VARIANT_OPTION = {"openvino": "device_type", "cuda": "device_id", "dml": "device_id"}
 
+# Fewest rows per target pass at which a provider computes each row the same whatever the pass size (the CPU
+# provider's is measured at export: ModelSpec.batch_invariant_rows). WebGPU on Mesa's lavapipe, demo graphs: a row of
+# a 1-row pass differs from the same row in a 2- or 3-row pass by 0.34 logits (drafter), 2-3 rows from 4+ rows by
+# 2e-5, and every pass of 4 to 32 rows gives the row bit for bit; so padding every pass to 4 rows keeps greedy
+# speculative decoding equal to plain decoding there (a real GPU's shaders may group differently: unmeasured).
+MIN_ROWS = {"webgpu": 4}
+
 
 @dataclass(frozen=True)
 class Device:
