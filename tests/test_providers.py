@@ -6,6 +6,7 @@ onnxruntime-openvino / onnxruntime-webgpu, each in its own environment: docs/dev
 
 from __future__ import annotations
 
+import json
 import sys
 import types
 import warnings
@@ -131,6 +132,9 @@ def test_inspect_lists_the_placement(capsys, demo_bundle: Path) -> None:
     out = capsys.readouterr().out
     assert "Node placement" in out and "target on cpu:" in out and "drafter on cpu:" in out
     assert "CPUExecutionProvider:" in out
+    assert main(["inspect", str(demo_bundle), "--device", "cpu", "--json"]) == 0
+    placed = json.loads(capsys.readouterr().out)["placement"]
+    assert placed["target"]["device"] == "cpu" and placed["target"]["nodes"]["CPUExecutionProvider"] > 10
 
 
 def test_inspect_on_a_missing_device_is_one_sentence(capsys, monkeypatch, demo_bundle: Path) -> None:
