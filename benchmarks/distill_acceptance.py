@@ -7,7 +7,8 @@ drafted but never judged). Prompts are the held-out conversations from the draft
 as token ids rendered by the target's chat template when the data was made.
 
 Usage:
-    python benchmarks/distill_acceptance.py --bundle BUNDLE --drafter-dir DRAFTER_DIR [--prompts 40] \
+    python benchmarks/distill_acceptance.py --bundle BUNDLE (--drafter-dir DIR | --data ANSWERS.npz...) \
+        [--prompts 40] \
         [--max-new-tokens 64] [--temperatures 0 0.7] [--json out.json]
 """
 
@@ -38,10 +39,28 @@ def heldout_prompts(drafter_dir: Path, n: int) -> list[list[int]]:
     return out[:n]
 
 
+def answers_prompts(files: list[Path], n: int) -> list[list[int]]:
+    """Prompt token ids of the first ``n`` held-out prompts of answers files (``edge-spec distill``'s ids-only
+    data, ``data/answers.npz``), in file order, de-duplicated: for a drafter trained with ``--data``."""
+    out: list[list[int]] = []
+    seen: set[tuple[int, ...]] = set()
+    for f in files:
+        z = np.load(f)
+        for i in np.flatnonzero(z["heldout"]):
+            ids = tuple(int(t) for t in z["tokens"][z["seq_off"][i]:z["seq_off"][i] + z["prompt_len"][i]])
+            if ids not in seen:
+                seen.add(ids)
+                out.append(list(ids))
+    return out[:n]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bundle", required=True, type=Path)
-    ap.add_argument("--drafter-dir", required=True, type=Path, help="the edge-spec distill output (has data/)")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--drafter-dir", type=Path, help="the edge-spec distill output (has data/)")
+    src.add_argument("--data", type=Path, nargs="+", metavar="ANSWERS_NPZ",
+                     help="held-out prompts of these answers files instead (a drafter trained with --data)")
     ap.add_argument("--prompts", type=int, default=40)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7])
@@ -51,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from edge_spec.runtime.engine import Engine
 
-    prompts = heldout_prompts(args.drafter_dir, args.prompts)
+    prompts = answers_prompts(args.data, args.prompts) if args.data else heldout_prompts(args.drafter_dir, args.prompts)
     if not prompts:
-        print(f"no held-out prompts under {args.drafter_dir / 'data'}", file=sys.stderr)
+        print(f"no held-out prompts in {args.data or args.drafter_dir / 'data'}", file=sys.stderr)
         return 2
     engine = Engine.load(args.bundle, max_context=1024, threads=args.threads)
     rows = []
