@@ -286,6 +286,7 @@ def test_init_from_continues_a_saved_head(tiny_target, tmp_path):
     a, b = (json.loads((d / "config.json").read_text()) for d in (first, second))
     assert a["draft_vocab_size"] == b["draft_vocab_size"]
     assert report["init_from"]["path"] == str(first) and report["init_from"]["steps"] == 3
+    assert f"Continued from `{first}` (3 steps" in (second / "MODEL_CARD.md").read_text()
     with pytest.raises(EdgeSpecError, match="--kind eagle3"):
         distill(replace(_config(tiny_target, tmp_path / "layers", 0), init_from=first), _quiet)
     with pytest.raises(EdgeSpecError, match="not an EAGLE-3 head directory"):

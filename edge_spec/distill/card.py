@@ -75,12 +75,13 @@ def render_eagle_card(report: dict, command: str | None = None) -> str:
         "",
         f"* Stored parameters: {d['params_stored']:,} (fp16, {2 * d['params_stored'] / 2**20:.1f} MiB).",
         f"* Data: {data['train_tokens']:,} answer tokens written by the target for {data['train_sequences']:,} "
-        f"prompts, {data['generation_seconds'] / 60:.1f} min of generation; held out: {data['heldout_sequences']} "
+        f"prompts, {_generation_seconds(data) / 60:.1f} min of generation; held out: {data['heldout_sequences']} "
         f"prompts, {data['heldout_tokens']:,} tokens. Features recomputed in {report['features_seconds'] / 60:.1f} "
         "min (teacher-forced passes).",
         f"* Training: {tr['steps']} steps of {tr['config']['batch_seqs']} sequences, training-time test over "
         f"{tr['config']['depth']} draft steps, top-k forward KL, lr {tr['config']['lr']}, {tr['seconds'] / 60:.1f} min "
         f"on {report['device']} ({report['threads']} thread(s)), seed {report['seed']}, torch {report['torch']}.",
+        *_continued(report),
         "",
         "## Held-out acceptance (torch, fp16 head against the fp32 target; each depth given the earlier drafts right)",
         "",
@@ -103,3 +104,19 @@ def render_eagle_card(report: dict, command: str | None = None) -> str:
     if command:
         lines += ["", "## Reproduce", "", "```bash", command, "```"]
     return "\n".join(lines) + "\n"
+
+
+def _generation_seconds(data: dict) -> float:
+    """Generation time of the data: this run's, or the answers files' (``--data``) when it generated none."""
+    return data["generation_seconds"] or float((data.get("answers") or {}).get("generation_seconds") or 0.0)
+
+
+def _continued(report: dict) -> list[str]:
+    """The card line for a head continued from an earlier one (``--init-from``); none otherwise."""
+    prior = report.get("init_from")
+    if not prior:
+        return []
+    minutes = f", {prior['seconds'] / 60:.1f} min" if prior.get("seconds") else ""
+    tokens = f" on {prior['train_tokens']:,} tokens" if prior.get("train_tokens") else ""
+    return [f"* Continued from `{prior['path']}` ({prior.get('steps')} steps{minutes}{tokens}); \"before training\" "
+            "below is that head."]
