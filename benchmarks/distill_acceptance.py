@@ -30,13 +30,17 @@ def heldout_prompts(drafter_dir: Path, n: int) -> list[list[int]]:
     seen: set[tuple[int, ...]] = set()
     data = drafter_dir / "data"
     for shard in sorted(data.glob("eval_*.npz")) + sorted(data.glob("gen_*.npz")):
-        z = np.load(shard)
-        for i in np.flatnonzero(z["heldout"]):
-            ids = tuple(int(t) for t in z["tokens"][z["seq_off"][i]:z["seq_off"][i] + z["prompt_len"][i]])
-            if ids not in seen:
-                seen.add(ids)
-                out.append(list(ids))
+        _add_heldout(np.load(shard), seen, out)
     return out[:n]
+
+
+def _add_heldout(z: np.lib.npyio.NpzFile, seen: set[tuple[int, ...]], out: list[list[int]]) -> None:
+    """Append the prompt ids of ``z``'s held-out sequences (shard or answers file) not seen before."""
+    for i in np.flatnonzero(z["heldout"]):
+        ids = tuple(int(t) for t in z["tokens"][z["seq_off"][i]:z["seq_off"][i] + z["prompt_len"][i]])
+        if ids not in seen:
+            seen.add(ids)
+            out.append(list(ids))
 
 
 def answers_prompts(files: list[Path], n: int) -> list[list[int]]:
@@ -45,12 +49,7 @@ def answers_prompts(files: list[Path], n: int) -> list[list[int]]:
     out: list[list[int]] = []
     seen: set[tuple[int, ...]] = set()
     for f in files:
-        z = np.load(f)
-        for i in np.flatnonzero(z["heldout"]):
-            ids = tuple(int(t) for t in z["tokens"][z["seq_off"][i]:z["seq_off"][i] + z["prompt_len"][i]])
-            if ids not in seen:
-                seen.add(ids)
-                out.append(list(ids))
+        _add_heldout(np.load(f), seen, out)
     return out[:n]
 
 
