@@ -291,6 +291,7 @@ def test_init_from_continues_a_saved_head(tiny_target, tmp_path):
         distill(replace(_config(tiny_target, tmp_path / "layers", 0), init_from=first), _quiet)
     with pytest.raises(EdgeSpecError, match="not an EAGLE-3 head directory"):
         distill(replace(_eagle(tiny_target, tmp_path / "third", steps=1), init_from=tmp_path), _quiet)
+    assert not (tmp_path / "third").exists()  # refused before anything was written
 
 
 def test_answers_of_several_runs_merge_without_repeats(tiny_target, tmp_path):

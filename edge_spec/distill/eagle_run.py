@@ -61,7 +61,7 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
     check_marker(ckpt / "train.json", {"aux_layers": list(aux), "draft_vocab": ecfg.draft_vocab,
                                        "max_len": ecfg.max_len, "depth": ecfg.depth,
                                        "init_from": str(cfg.init_from) if cfg.init_from else None}, cfg.out)
-    prior = _prior_head(cfg.init_from, target, aux) if cfg.init_from else None
+    prior = prior_head(cfg.init_from, target, aux) if cfg.init_from else None
     store = extract_features(model, train_seqs + held_seqs, aux, cfg.out / "features", ecfg.max_len, log,
                              teacher_top_k=teacher_top_k)
     scale = aux_scale(store, len(aux), seed=cfg.seed)
@@ -103,7 +103,7 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
     return report
 
 
-def _prior_head(path: Path, target: Target, aux: tuple[int, ...]) -> torch.nn.Module:
+def prior_head(path: Path, target: Target, aux: tuple[int, ...]) -> torch.nn.Module:
     """The saved head at ``path`` to continue training; one sentence when it was made for another target."""
     from edge_spec.distill.eagle import load_head
 

@@ -106,6 +106,9 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
             "data": {k: v for k, v in asdict(data_cfg).items()
                      if k not in ("extra_prompts", "max_jobs", "eval_prompts")},  # these do not change the shards
             "extra_prompts": len(data_cfg.extra_prompts)}
+    if cfg.init_from is not None:  # refuse an unusable head before anything is written to --out
+        from edge_spec.distill.eagle_run import our_aux_layers, prior_head
+        prior_head(cfg.init_from, target, tuple(cfg.aux_layers) if cfg.aux_layers else our_aux_layers(n_target))
     check_marker(cfg.out / "distill.json", meta, cfg.out)
     if cfg.kind == "layers" and not cfg.data_only:
         check_marker(cfg.out / "checkpoint" / "train.json", {"layers_from": layers_from}, cfg.out)
