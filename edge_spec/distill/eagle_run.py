@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from edge_spec.distill.data import Sequence
-from edge_spec.distill.eagle import save_head
+from edge_spec.distill.eagle import Eagle3Head, load_head, save_head
 from edge_spec.distill.eagle_train import (
     aux_scale,
     choose_vocab,
@@ -39,29 +39,36 @@ def our_aux_layers(n_layers: int) -> tuple[int, int, int]:
     return (min(2, n_layers), n_layers // 2, n_layers)
 
 
+def run_aux_layers(cfg: DistillConfig, n_layers: int) -> tuple[int, ...]:
+    """The residual streams this run's head reads (``--aux-layers`` or :func:`our_aux_layers`); one sentence when
+    one names a layer the target lacks."""
+    aux = tuple(cfg.aux_layers) if cfg.aux_layers else our_aux_layers(n_layers)
+    if any(not 0 <= j <= n_layers for j in aux):
+        raise EdgeSpecError(f"--aux-layers {list(aux)} names a layer the target lacks; use 0 (the embeddings) to "
+                            f"{n_layers} (the last layer's output).")
+    return aux
+
+
 def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], held_seqs: list[Sequence],
                 data_stats: dict, seconds: float | None, log: Callable[[str], None] = print,
-                teacher_top_k: int | None = None) -> dict:
+                teacher_top_k: int | None = None, prior: Eagle3Head | None = None) -> dict:
     """Train (or resume) an EAGLE-3 head in ``cfg.out`` and save it in the published layout; return the report.
 
     ``teacher_top_k``: the sequences carry ids only; the feature pass fills their teacher targets.
-    ``cfg.init_from``: start from that saved head (its draft vocabulary and weights) instead of the target's layers."""
+    ``prior``: the head of ``cfg.init_from`` (:func:`prior_head`), to start from (its draft vocabulary and weights)
+    instead of the target's layers."""
     from edge_spec.distill.card import render_eagle_card
     from edge_spec.distill.run import check_marker
 
     t_start = time.time()
     model = target.model
     n = model.config.num_hidden_layers
-    aux = tuple(cfg.aux_layers) if cfg.aux_layers else our_aux_layers(n)
-    if any(not 0 <= j <= n for j in aux):
-        raise EdgeSpecError(f"--aux-layers {list(aux)} names a layer the target lacks; use 0 (the embeddings) to {n} "
-                            "(the last layer's output).")
+    aux = run_aux_layers(cfg, n)
     ecfg = dataclasses.replace(cfg.eagle, seed=cfg.seed)
     ckpt = cfg.out / "checkpoint-eagle3"
     check_marker(ckpt / "train.json", {"aux_layers": list(aux), "draft_vocab": ecfg.draft_vocab,
                                        "max_len": ecfg.max_len, "depth": ecfg.depth,
                                        "init_from": str(cfg.init_from) if cfg.init_from else None}, cfg.out)
-    prior = prior_head(cfg.init_from, target, aux) if cfg.init_from else None
     store = extract_features(model, train_seqs + held_seqs, aux, cfg.out / "features", ecfg.max_len, log,
                              teacher_top_k=teacher_top_k)
     scale = aux_scale(store, len(aux), seed=cfg.seed)
@@ -103,10 +110,8 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
     return report
 
 
-def prior_head(path: Path, target: Target, aux: tuple[int, ...]) -> torch.nn.Module:
+def prior_head(path: Path, target: Target, aux: tuple[int, ...]) -> Eagle3Head:
     """The saved head at ``path`` to continue training; one sentence when it was made for another target."""
-    from edge_spec.distill.eagle import load_head
-
     if not (Path(path) / "config.json").is_file():
         raise EdgeSpecError(f"--init-from '{path}' is not an EAGLE-3 head directory (no config.json); pass the "
                             "--out directory of an earlier `edge-spec distill --kind eagle3` run.")

@@ -14,7 +14,7 @@ from edge_spec.distill import ids as ids_mod
 from edge_spec.distill.card import render_card
 from edge_spec.distill.data import DataConfig, generate_data, generate_eval, load_sequences, shard_seconds
 from edge_spec.distill.drafter import build_drafter, save_drafter, spread_layers
-from edge_spec.distill.eagle_run import train_eagle
+from edge_spec.distill.eagle_run import prior_head, run_aux_layers, train_eagle
 from edge_spec.distill.eagle_train import EagleTrainConfig
 from edge_spec.distill.prompts import read_prompt_file
 from edge_spec.distill.target import load_target
@@ -106,9 +106,8 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
             "data": {k: v for k, v in asdict(data_cfg).items()
                      if k not in ("extra_prompts", "max_jobs", "eval_prompts")},  # these do not change the shards
             "extra_prompts": len(data_cfg.extra_prompts)}
-    if cfg.init_from is not None:  # refuse an unusable head before anything is written to --out
-        from edge_spec.distill.eagle_run import our_aux_layers, prior_head
-        prior_head(cfg.init_from, target, tuple(cfg.aux_layers) if cfg.aux_layers else our_aux_layers(n_target))
+    # --init-from: read (and refuse an unusable head) before anything is written to --out
+    prior = prior_head(cfg.init_from, target, run_aux_layers(cfg, n_target)) if cfg.init_from is not None else None
     check_marker(cfg.out / "distill.json", meta, cfg.out)
     if cfg.kind == "layers" and not cfg.data_only:
         check_marker(cfg.out / "checkpoint" / "train.json", {"layers_from": layers_from}, cfg.out)
@@ -155,7 +154,7 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
     train_budget = max(60.0, cfg.minutes * 60 - data_seconds) if cfg.minutes else None
     if cfg.kind == "eagle3":
         return train_eagle(cfg, target, train_seqs, held_seqs, data_stats, train_budget, log,
-                           teacher_top_k=data_cfg.top_k if answers else None)
+                           teacher_top_k=data_cfg.top_k if answers else None, prior=prior)
     drafter = build_drafter(target.model, layers_from)
     result = train(drafter, train_seqs, held_seqs, replace(cfg.train, seed=cfg.seed), cfg.out / "checkpoint",
                    train_budget, log)

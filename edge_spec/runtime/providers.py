@@ -159,10 +159,3 @@ def resolve(device: str, strict: bool = False, role: str = "model") -> Device:
         raise EdgeSpecError(msg + f"; install {INSTALL[kind]} (docs/devices.md) or pass device='cpu'.")
     warnings.warn(msg + "; falling back to CPU.", RuntimeWarning, stacklevel=3)
     return CPU
-
-
-def resolve_device(device: str, strict: bool = False, role: str = "model") -> tuple[str, list]:
-    """``(device actually used, provider list)`` for ``device`` (see :func:`resolve`; a plugin device needs
-    :meth:`Device.apply` on the session options, so new code uses :func:`resolve`)."""
-    d = resolve(device, strict, role)
-    return d.name, d.providers
