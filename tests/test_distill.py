@@ -235,7 +235,7 @@ def test_eagle3_head_is_deterministic_resumable_and_in_the_published_layout(tiny
         distill(replace(_eagle(tiny_target, full), aux_layers=(1, 2, 3)), _quiet)
 
 
-def test_answers_file_keeps_the_ids_and_a_run_from_it_recomputes_the_teacher(tiny_target, tmp_path):
+def test_answers_file_keeps_the_ids_and_a_run_from_it_recomputes_the_teacher(tiny_target, tmp_path, monkeypatch):
     from edge_spec.distill import ids
 
     first = tmp_path / "first"
@@ -270,6 +270,17 @@ def test_answers_file_keeps_the_ids_and_a_run_from_it_recomputes_the_teacher(tin
     for a, b in zip(one_pass, r_train):
         np.testing.assert_array_equal(a.topk_ids, b.topk_ids)
         np.testing.assert_allclose(a.lse, b.lse, rtol=1e-5, atol=1e-5)
+    # a run on the same data again (resumed) reads the kept teacher targets: no teacher pass, same values
+    import edge_spec.distill.eagle_train as et
+
+    again, _, _ = ids.read(packed)
+    monkeypatch.setattr(et, "teacher_targets", lambda *a, **k: pytest.fail("the teacher pass ran again"))
+    extract_features(load_target(tiny_target).model, again, (1, 2, 3), tmp_path / "f", 10_000, _quiet,
+                     teacher_top_k=32)
+    for a, b in zip(again, r_train):
+        np.testing.assert_array_equal(a.topk_ids, b.topk_ids)
+        np.testing.assert_array_equal(a.topk_logits, b.topk_logits)
+        np.testing.assert_allclose(a.lse, b.lse, rtol=1e-5, atol=1e-5)
 
 
 def test_init_from_continues_a_saved_head(tiny_target, tmp_path):
@@ -292,6 +303,26 @@ def test_init_from_continues_a_saved_head(tiny_target, tmp_path):
     with pytest.raises(EdgeSpecError, match="not an EAGLE-3 head directory"):
         distill(replace(_eagle(tiny_target, tmp_path / "third", steps=1), init_from=tmp_path), _quiet)
     assert not (tmp_path / "third").exists()  # refused before anything was written
+
+
+def test_features_dir_lets_a_continuing_run_skip_the_feature_and_teacher_passes(tiny_target, tmp_path):
+    """--features DIR keeps the target's features and teacher top-k: a second run on the same data (continuing the
+    first head into another --out) computes neither, and trains exactly as if it had."""
+    first = tmp_path / "first"
+    distill(_eagle(tiny_target, first, steps=2), _quiet)
+    answers, feats = first / "data" / "answers.npz", tmp_path / "feats"
+    logs: dict[str, list[str]] = {}
+    reports = {}
+    for name, features in (("a", feats), ("b", feats), ("fresh", None)):
+        logs[name] = []
+        reports[name] = distill(replace(_eagle(tiny_target, tmp_path / name, steps=2), init_from=first,
+                                        answers=answers, features=features), logs[name].append)
+    computed = [[m for m in logs[n] if m.startswith(("features:", "teacher:"))] for n in ("a", "b", "fresh")]
+    assert computed[0] and not computed[1] and computed[2]  # only the first run with the shared dir computed them
+    assert not (tmp_path / "a" / "features").exists() and len(list(feats.glob("features_*.f16"))) == 1
+    assert reports["b"]["train"]["final"] == reports["a"]["train"]["final"] == reports["fresh"]["train"]["final"]
+    with pytest.raises(EdgeSpecError, match="--kind eagle3"):
+        distill(replace(_config(tiny_target, tmp_path / "layers", 0), features=feats), _quiet)
 
 
 def test_answers_of_several_runs_merge_without_repeats(tiny_target, tmp_path):

@@ -69,8 +69,9 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
     check_marker(ckpt / "train.json", {"aux_layers": list(aux), "draft_vocab": ecfg.draft_vocab,
                                        "max_len": ecfg.max_len, "depth": ecfg.depth,
                                        "init_from": str(cfg.init_from) if cfg.init_from else None}, cfg.out)
-    store = extract_features(model, train_seqs + held_seqs, aux, cfg.out / "features", ecfg.max_len, log,
-                             teacher_top_k=teacher_top_k)
+    features = Path(cfg.features) if cfg.features is not None else cfg.out / "features"
+    store = extract_features(model, train_seqs + held_seqs, aux, features, ecfg.max_len, log,
+                             teacher_top_k=teacher_top_k, target_sha256=target.sha256, shared=cfg.features is not None)
     scale = aux_scale(store, len(aux), seed=cfg.seed)
     if prior is None:
         kept = choose_vocab(train_seqs, model.config.vocab_size, ecfg.draft_vocab, target.stop_ids)

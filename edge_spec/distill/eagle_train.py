@@ -83,29 +83,35 @@ def _aux_hooks(model: torch.nn.Module, aux: tuple[int, ...], store: dict[int, to
 @torch.no_grad()
 def extract_features(model: torch.nn.Module, seqs: list[Sequence], aux: tuple[int, ...], out_dir: Path,
                      max_len: int, log: Callable[[str], None] = print, batch_tokens: int = 4096,
-                     teacher_top_k: int | None = None) -> FeatureStore:
+                     teacher_top_k: int | None = None, target_sha256: str = "", shared: bool = False) -> FeatureStore:
     """Teacher-forced passes over ``seqs`` (first ``max_len`` ids each); the aux features of every position.
 
     With ``teacher_top_k`` the same passes also fill each sequence's teacher targets (``ids.fill_teacher``, answer
     rows within ``max_len``: all that training reads), so ids-only data costs one pass, not two.
-    Cached in ``out_dir`` under a key of (sequences, aux layers, max_len); written to a temporary file and
-    renamed, so an interrupted extraction starts again rather than leaving a half-written store."""
+    Cached in ``out_dir`` under a key of (target, sequences, aux layers, max_len), with the teacher targets beside
+    it; written to a temporary file and renamed, so an interrupted extraction starts again rather than leaving a
+    half-written store. A run's own directory holds one store (older ones are deleted); a ``shared`` one
+    (``--features DIR``) keeps every store, so runs on the same data reuse it."""
     lens = np.array([min(len(s.ids), max_len) for s in seqs], np.int64)
     key = hashlib.sha256()
     for s in seqs:
         key.update(np.asarray(s.ids[:max_len], np.int32).tobytes())
     key.update(repr((aux, max_len)).encode())
+    key.update(target_sha256.encode())
     tag = key.hexdigest()[:16]
     path = out_dir / f"features_{tag}.f16"
     offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     dim = model.config.hidden_size * len(aux)
+    teacher = path.with_name(f"{path.stem}.teacher{teacher_top_k}.npz")
     if path.exists():
-        if teacher_top_k:
+        if teacher_top_k and not _load_teacher(teacher, seqs):
             teacher_targets(model, seqs, teacher_top_k, log=log)
+            _save_teacher(teacher, seqs)
         return FeatureStore(path, offsets, dim)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for old in out_dir.glob("features_*.f16"):  # one store per run directory: the data changed
-        old.unlink()
+    if not shared:  # one store per run directory: the data changed
+        for old in [*out_dir.glob("features_*.f16"), *out_dir.glob("features_*.npz")]:
+            old.unlink()
     tmp = path.with_suffix(".tmp")
     mm = np.memmap(tmp, dtype=np.float16, mode="w+", shape=(int(offsets[-1]), dim))
     order = np.argsort(-lens, kind="stable")
@@ -140,8 +146,37 @@ def extract_features(model: torch.nn.Module, seqs: list[Sequence], aux: tuple[in
             h.remove()
     mm.flush()
     del mm
+    if teacher_top_k:
+        _save_teacher(teacher, seqs)
     os.replace(tmp, path)
     return FeatureStore(path, offsets, dim)
+
+
+def _save_teacher(path: Path, seqs: list[Sequence]) -> None:
+    """Keep the sequences' teacher targets beside their features (~200 B per answer position), so a run that
+    continues on the same data (resumed, or ``--init-from`` into the same ``--out``) skips the teacher pass."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        np.savez(f, rows=np.array([len(s.topk_ids) for s in seqs], np.int64),
+                 topk_ids=np.concatenate([s.topk_ids for s in seqs]).astype(np.int32),
+                 topk_logits=np.concatenate([s.topk_logits for s in seqs]).astype(np.float16),
+                 lse=np.concatenate([s.lse for s in seqs]).astype(np.float32))
+    os.replace(tmp, path)
+
+
+def _load_teacher(path: Path, seqs: list[Sequence]) -> bool:
+    """Fill ``seqs``' teacher targets from :func:`_save_teacher`'s file; False when there is none for them."""
+    if not path.is_file():
+        return False
+    z = np.load(path)
+    rows = z["rows"]
+    if len(rows) != len(seqs):
+        return False
+    off = np.concatenate([[0], np.cumsum(rows)])
+    ids, logits, lse = z["topk_ids"], z["topk_logits"], z["lse"]
+    for s, a, b in zip(seqs, off[:-1], off[1:], strict=True):
+        s.topk_ids, s.topk_logits, s.lse = ids[a:b], logits[a:b], lse[a:b]
+    return True
 
 
 def aux_scale(store: FeatureStore, n_aux: int, rows: int = 20000, seed: int = 0) -> np.ndarray:

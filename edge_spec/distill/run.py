@@ -40,6 +40,7 @@ class DistillConfig:
     answers: Path | tuple[Path, ...] | None = None
     layers_from: tuple[int, ...] | None = None  # target layers to start from; default: evenly spaced
     init_from: Path | None = None  # eagle3: start from this saved head (its vocabulary and weights)
+    features: Path | None = None  # eagle3: keep and reuse the target's features here (default out/features)
     threads: int | None = None
     data_only: bool = False
     command: str | None = None  # how this run was started, for the model card
@@ -94,6 +95,9 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
     log(f"target: loading {cfg.target}")
     if cfg.kind not in ("layers", "eagle3"):
         raise EdgeSpecError(f"--kind '{cfg.kind}' is not known; use layers or eagle3.")
+    if cfg.features is not None and cfg.kind != "eagle3":
+        raise EdgeSpecError("--features keeps the target's hidden states for an EAGLE-3 head; add --kind eagle3 or "
+                            "leave --features out.")
     if cfg.init_from is not None and cfg.kind != "eagle3":
         raise EdgeSpecError("--init-from continues an EAGLE-3 head; add --kind eagle3 (a layer drafter resumes from "
                             "its own --out directory).")
