@@ -10,6 +10,9 @@ environment and the runs meet in JSON files:
         --reference benchmarks/results/providers_cpu.json --out benchmarks/results/providers_webgpu.json
     python benchmarks/providers_check.py --compare benchmarks/results/providers_webgpu.json   # CPU side of the gaps
 
+A stopped run goes on with ``--resume`` (same ``--out``): the prompts in its ``.partial.json`` are kept, and
+tokens/s are over the prompts that carry timings.
+
 Per prompt (the held-out chat prompts of chat_prompts.py, rendered by the bundle's chat template, as vs_llamacpp.py
 does): greedy plain decoding on the provider, greedy speculative decoding on the provider (must be equal: the
 runtime's promise), and, against the CPU run, the first differing step. There, the provider's logits (teacher-forced
@@ -71,20 +74,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     engine = Engine.load(bundle, device=args.device, strict=True, threads=args.threads, max_context=512)
     greedy = {"max_new_tokens": args.tokens, "temperature": 0.0, "stop_token_ids": ()}
     engine.generate(ids[0], {**greedy, "max_new_tokens": 4, "speculative": False})  # shaders, first-run costs
-    rows, ar_s, sd_s, accepted = [], 0.0, 0.0, []
+    rows: list[dict[str, Any]] = []
     reference = json.loads(Path(args.reference).read_text()) if args.reference else None
     logits_rows: dict[str, np.ndarray] = {}
+    partial = Path(args.out).with_suffix(".partial.json") if args.out else None
+    if args.resume and partial is not None and partial.is_file():
+        rows = json.loads(partial.read_text())["rows"]
+        saved = partial.with_suffix(".logits.npz")
+        logits_rows = dict(np.load(saved)) if saved.is_file() else {}
+        print(f"resuming after {len(rows)} prompts of {partial}", flush=True)
     for i, (text, p) in enumerate(zip(prompts, ids)):
+        if i < len(rows):  # done in an earlier run (--resume); its logits at a first difference are re-read
+            d = rows[i].get("first_difference")
+            if d is not None and str(i) not in logits_rows:  # runs before --resume kept none: one forward pass
+                logits_rows[str(i)] = teacher_forced(engine, p + rows[i]["ar"][:d["step"]])
+            continue
         t0 = time.perf_counter()
         ar = list(engine.generate(p, {**greedy, "speculative": False}).token_ids)
         t1 = time.perf_counter()
         sd_res = engine.generate(p, {**greedy, "speculative": True})
         t2 = time.perf_counter()
         sd = list(sd_res.token_ids)
-        ar_s += t1 - t0
-        sd_s += t2 - t1
-        accepted.append(sd_res.stats.acceptance_rate)
-        row: dict[str, Any] = {"prompt": text, "prompt_tokens": len(p), "ar": ar, "sd_equals_ar": sd == ar}
+        row: dict[str, Any] = {"prompt": text, "prompt_tokens": len(p), "ar": ar, "sd_equals_ar": sd == ar,
+                               "ar_seconds": round(t1 - t0, 3), "sd_seconds": round(t2 - t1, 3),
+                               "acceptance": sd_res.stats.acceptance_rate}
         if sd != ar:
             row["sd"] = sd
             row["sd_first_difference"] = first_difference(ar, sd)
@@ -99,17 +112,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 row["first_difference"] = {"step": k, "token": mine, "cpu_token": theirs,
                                            "margin_here": float(logits[mine] - logits[theirs])}
         rows.append(row)
-        if args.out:  # what is done so far survives a crash of a slow run
-            Path(args.out).with_suffix(".partial.json").write_text(json.dumps({"device": args.device, "rows": rows}))
+        if partial is not None:  # what is done so far survives a crash of a slow run (--resume goes on from it)
+            partial.write_text(json.dumps({"device": args.device, "rows": rows}))
+            if logits_rows:
+                np.savez(partial.with_suffix(".logits.npz"), **logits_rows)
         print(f"[{i + 1}/{len(prompts)}] sd==ar {row['sd_equals_ar']} equal_to_cpu {row.get('equal_to_cpu')} "
               f"{row.get('first_difference', '')}", flush=True)
-    n = sum(len(r["ar"]) for r in rows)
+    timed = [r for r in rows if "ar_seconds" in r]  # rows from before --resume existed carry no timings
+    n = sum(len(r["ar"]) for r in timed)
     out: dict[str, Any] = {
         "device": args.device, "providers": engine.target.session.get_providers(),
         "onnxruntime": f"{ort.__version__} ({Path(ort.__file__).parent.parent.name})", "bundle": str(bundle),
-        "prompts": len(rows), "tokens_per_prompt": args.tokens, "threads": args.threads,
-        "ar_tokens_per_s": round(n / ar_s, 2), "sd_tokens_per_s": round(n / sd_s, 2),
-        "acceptance_mean": round(float(np.mean(accepted)), 3),
+        "prompts": len(rows), "tokens_per_prompt": args.tokens, "threads": args.threads, "timed_prompts": len(timed),
+        "ar_tokens_per_s": round(n / sum(r["ar_seconds"] for r in timed), 2) if timed else None,
+        "sd_tokens_per_s": round(n / sum(r["sd_seconds"] for r in timed), 2) if timed else None,
+        "acceptance_mean": round(float(np.mean([r["acceptance"] for r in timed])), 3) if timed else None,
         "sd_equals_ar": sum(r["sd_equals_ar"] for r in rows),
         "placement": placement, "rows": rows,
     }
@@ -151,6 +168,8 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out")
+    ap.add_argument("--resume", action="store_true",
+                    help="go on after the prompts in OUT's .partial.json (a slow provider's run that was stopped)")
     ap.add_argument("--compare", help="a provider run's JSON to complete with the CPU side (run with the CPU wheel)")
     args = ap.parse_args()
     if args.compare:
