@@ -353,3 +353,19 @@ def test_answers_of_several_runs_merge_without_repeats(tiny_target, tmp_path):
     ids.pack(t0, h0, other, {"target_sha256": "f" * 64})
     with pytest.raises(EdgeSpecError, match="another target"):
         ids.read_many([runs[0], other])
+
+
+def test_builtin_prompts_are_distinct_deterministic_and_keep_the_benchmark_prompts_out():
+    """The distillation pool never holds a prompt the benchmarks measure drafters on, so acceptance on
+    benchmarks/chat_prompts.py is acceptance on unseen prompts."""
+    import sys
+
+    from edge_spec.distill.prompts import builtin_prompts
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from chat_prompts import CHAT_PROMPTS
+
+    pool = builtin_prompts()
+    assert pool == builtin_prompts() and len(set(pool)) == len(pool) > 3000
+    assert not set(CHAT_PROMPTS) & set(pool)
+    assert all("{" not in p for p in pool)  # every template filled

@@ -123,12 +123,72 @@ SMALL_TALK = (
     "Translate 'good morning' into Spanish.", "What is the largest animal on Earth?",
 )
 
+# Everyday subjects, asked about the way people ask a chat assistant (added 2026-11-24: drafters trained on the
+# first 64 topics accepted ~0.45 of drafts on held-out prompts of that pool but ~0.29 on benchmark chat prompts).
+EVERYDAY = (
+    "the Eiffel Tower", "Mount Everest", "the Amazon rainforest", "the Sahara desert", "the Pacific Ocean",
+    "smartphones", "batteries", "airplanes", "trains", "bridges", "skyscrapers", "lightning", "rainbows", "snow",
+    "hurricanes", "magnets", "electricity", "sound", "light", "atoms", "mushrooms", "trees", "birds", "whales",
+    "ants", "sharks", "penguins", "elephants", "wolves", "chocolate", "cheese", "tea", "rice", "olive oil",
+    "soccer", "basketball", "yoga", "jazz", "the guitar", "painting", "video games", "movies", "podcasts",
+    "libraries", "museums", "newspapers", "taxes", "credit cards", "mortgages", "insurance", "elections",
+    "the United Nations", "human rights", "pollution", "deserts", "glaciers", "the Amazon river", "caves",
+    "the human skeleton", "muscles", "the eyes", "allergies", "the common cold", "vitamins", "sugar", "salt",
+    "caffeine", "stress", "happiness", "kindness", "habits", "motivation", "creativity", "memory", "dreams",
+)
+EVERYDAY_TASKS = (
+    "Tell me about {t}.", "What are three surprising things about {t}?", "What is the science behind {t}?",
+    "Can you explain {t} simply?", "What is the most important thing to know about {t}?",
+    "Write a haiku about {t}.", "Write a limerick about {t}.", "Why do people find {t} interesting?",
+    "What are some myths about {t}?", "Give me a short, fun explanation of {t} for a child.",
+)
+FOODS = (
+    "tomato soup", "banana bread", "guacamole", "fried rice", "lemonade", "hummus", "omelette", "apple pie",
+    "vegetable curry", "spaghetti bolognese", "French toast", "a smoothie", "chili", "a Greek salad",
+    "chocolate chip cookies", "mashed potatoes",
+)
+FOOD_TASKS = (
+    "Give me a simple recipe for {f}.", "What ingredients do I need for {f}?", "How can I make {f} healthier?",
+    "What goes well with {f}?",
+)
+PLACES = (
+    "Paris", "Tokyo", "New York", "Rome", "Cairo", "Sydney", "Mexico City", "Iceland", "Kenya", "Peru",
+    "Norway", "India", "Vietnam", "Morocco", "Canada", "Scotland",
+)
+PLACE_TASKS = (
+    "What should I see if I visit {p}?", "What is the climate like in {p}?", "Tell me about the food of {p}.",
+    "Plan a three-day trip to {p}.", "What is {p} famous for?",
+)
+PEOPLE = (
+    "Albert Einstein", "Marie Curie", "Leonardo da Vinci", "William Shakespeare", "Isaac Newton", "Ada Lovelace",
+    "Nelson Mandela", "Frida Kahlo", "Charles Darwin", "Cleopatra", "Mozart", "Galileo",
+)
+PEOPLE_TASKS = ("Who was {x} and why are they famous?", "What can we learn from {x}?",
+                "Give me three facts about {x}.")
+PHRASES = ("thank you very much", "where is the train station?", "I would like a coffee, please",
+           "what time is it?", "nice to meet you", "I am learning your language")
+TARGET_LANGUAGES = ("French", "German", "Italian", "Spanish", "Portuguese")
+REQUESTS = (
+    "Suggest a name for a coffee shop near a university.", "Suggest three names for a pet goldfish.",
+    "Write a short email inviting my team to a lunch on Friday.", "Write a text message to cancel a dinner politely.",
+    "What should I pack for a beach holiday?", "What should I bring to a job interview?",
+    "Give me five ideas for a rainy weekend.", "Help me write a toast for my sister's wedding.",
+    "What are good questions to ask on a first day at work?", "Give me a weekly workout plan for a beginner.",
+    "How do I tell a friend I am upset without starting a fight?", "What are some cheap hobbies to try?",
+    "Write a two-sentence horror story.", "Describe a sunset to someone who has never seen one.",
+    "Give me a riddle and its answer.", "Make a shopping list for a week of healthy meals.",
+)
+
 # Self-instruct: the target writes further prompts (its own questions become new user turns).
 SELF_INSTRUCT = (
     "Write one question a curious student might ask about {t}. Reply with the question only.",
     "Write one practical question someone might ask an assistant about {t}. Reply with the question only.",
     "Write one instruction a user might give an AI assistant related to {t}. Reply with the instruction only.",
 )
+
+
+# Prompts the benchmarks measure drafters on (benchmarks/chat_prompts.py) are never training prompts.
+HELD_APART = frozenset({"What is the capital of France?", "Explain photosynthesis to a ten-year-old."})
 
 
 def builtin_prompts() -> list[str]:
@@ -141,7 +201,13 @@ def builtin_prompts() -> list[str]:
     for i, (tmpl, name, item) in enumerate(itertools.product(MATH, NAMES, ITEMS)):
         a, b, c = 3 + (7 * i) % 40, 12 + (13 * i) % 90, 2 + (5 * i) % 6
         out.append(tmpl.format(n=name, i=item, a=a, b=b, c=c))
-    return list(dict.fromkeys(out))
+    out += list(REQUESTS)
+    out += [task.format(t=t) for t, task in itertools.product(EVERYDAY, EVERYDAY_TASKS)]
+    out += [task.format(f=f) for f, task in itertools.product(FOODS, FOOD_TASKS)]
+    out += [task.format(p=p) for p, task in itertools.product(PLACES, PLACE_TASKS)]
+    out += [task.format(x=x) for x, task in itertools.product(PEOPLE, PEOPLE_TASKS)]
+    out += [f"Translate '{s}' into {lang}." for s, lang in itertools.product(PHRASES, TARGET_LANGUAGES)]
+    return [p for p in dict.fromkeys(out) if p not in HELD_APART]
 
 
 def self_instruct_requests() -> list[str]:
