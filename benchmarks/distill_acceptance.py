@@ -3,11 +3,14 @@
 The training report (``training.json``) measures acceptance proxies in torch against the fp32 target. This
 script measures what the runtime sees: the bundle's (quantized) target and drafter, draft length 1 so that
 accepted / drafted is the per-token acceptance rate alpha (with longer drafts, tokens after a rejection are
-drafted but never judged). Prompts are the held-out conversations from the drafter's own data directory,
-as token ids rendered by the target's chat template when the data was made.
+drafted but never judged). Drafts come from the drafter model alone (``drafting="model"``): with hybrid drafting
+(the engine's default) prompt-lookup drafts, accepted far more often on repetitive text, would be counted too.
+Prompts are the held-out conversations from the drafter's own data directory, as token ids rendered by the
+target's chat template when the data was made, or (``--chat``) benchmarks/chat_prompts.py's chat prompts, written
+apart from the distillation prompt set and rendered by the bundle's chat format.
 
 Usage:
-    python benchmarks/distill_acceptance.py --bundle BUNDLE (--drafter-dir DIR | --data ANSWERS.npz...) \
+    python benchmarks/distill_acceptance.py --bundle BUNDLE (--drafter-dir DIR | --data ANSWERS.npz... | --chat) \
         [--prompts 40] \
         [--max-new-tokens 64] [--temperatures 0 0.7] [--json out.json]
 """
@@ -60,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--drafter-dir", type=Path, help="the edge-spec distill output (has data/)")
     src.add_argument("--data", type=Path, nargs="+", metavar="ANSWERS_NPZ",
                      help="held-out prompts of these answers files instead (a drafter trained with --data)")
+    src.add_argument("--chat", action="store_true", help="benchmarks/chat_prompts.py's chat prompts instead")
     ap.add_argument("--prompts", type=int, default=40)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7])
@@ -69,11 +73,20 @@ def main(argv: list[str] | None = None) -> int:
 
     from edge_spec.runtime.engine import Engine
 
-    prompts = answers_prompts(args.data, args.prompts) if args.data else heldout_prompts(args.drafter_dir, args.prompts)
+    if args.chat:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from chat_prompts import CHAT_PROMPTS
+        from vs_llamacpp import prompt_ids
+
+        prompts = prompt_ids(args.bundle, list(CHAT_PROMPTS[:args.prompts]))
+    elif args.data:
+        prompts = answers_prompts(args.data, args.prompts)
+    else:
+        prompts = heldout_prompts(args.drafter_dir, args.prompts)
     if not prompts:
         print(f"no held-out prompts in {args.data or args.drafter_dir / 'data'}", file=sys.stderr)
         return 2
-    engine = Engine.load(args.bundle, max_context=1024, threads=args.threads)
+    engine = Engine.load(args.bundle, max_context=1024, threads=args.threads, drafting="model")
     rows = []
     for temp in args.temperatures:
         drafted = accepted = tokens = 0
@@ -89,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"T={temp}: acceptance {accepted}/{drafted} = {accepted / max(drafted, 1):.3f} "
               f"({len(prompts)} held-out prompts, {tokens} tokens)", flush=True)
     if args.json:
-        args.json.write_text(json.dumps({"bundle": str(args.bundle), "draft_length": 1, "rows": rows}, indent=2))
+        args.json.write_text(json.dumps({"bundle": str(args.bundle), "draft_length": 1, "drafting": "model",
+                                         "prompts": "chat" if args.chat else "held-out", "rows": rows}, indent=2))
     return 0
 
 
