@@ -269,6 +269,9 @@ def test_gguf_errors_are_one_sentence(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match="architecture 'phi2' is not supported.*llama, mistral, qwen2"):
         export_bundle(str(tmp_path / "phi.gguf"), str(tmp_path / "phi.gguf"), tmp_path / "out", ExportOptions(),
                       progress=None)
+    tiny = write_tiny_gguf(tmp_path / "tiny.gguf", "llama", 1, seed=1)
+    with pytest.raises(ExportError, match="one graph from a GGUF for every provider.*--device"):
+        export_bundle(str(tiny), None, tmp_path / "out", ExportOptions(execution_provider="webgpu"), progress=None)
     assert not (tmp_path / "out").exists()
 
 

@@ -75,7 +75,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "heads): fp16 (default, as llama.cpp) is half the memory of fp32 (q/k/v cast to fp16 around "
                         "attention; speculative output still equals plain decoding of the same bundle); Hugging "
                         "Face targets (the builder's graphs) keep fp32")
-    p.add_argument("--execution-provider", default="cpu", choices=("cpu", "cuda", "dml", "webgpu"))
+    p.add_argument("--execution-provider", default="cpu", choices=("cpu", "cuda", "dml", "webgpu"),
+                   help="the provider ONNX Runtime GenAI's builder shapes a Hugging Face target's graphs for; a GGUF "
+                        "target gets one graph for every provider (choose the device at run time: --device)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow checkpoints that need hub code")
     p.add_argument("--mobile", action="store_true",
                    help="write the graphs in the ORT format for ONNX Runtime Mobile, with the required-operators "

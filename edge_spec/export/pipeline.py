@@ -216,6 +216,11 @@ def export_bundle(target: str, drafter: str | None, out: str | os.PathLike[str],
     for role, q in (("target", opts.target_quant), ("drafter", opts.drafter_quant)):
         build.check_precision(q.precision, opts.execution_provider, role)
     t_ckpt = _resolve(target, "target", opts, None)
+    if isinstance(t_ckpt, own_build.Source) and opts.execution_provider != "cpu":
+        raise ExportError(f"--execution-provider {opts.execution_provider} shapes the graphs of ONNX Runtime GenAI's "
+                          "builder (Hugging Face checkpoints); edge-spec builds one graph from a GGUF for every "
+                          "provider (WebGPU runs all of it but the embedding lookup and shape arithmetic, "
+                          "docs/devices.md), so leave the option out and pick the device at run time (--device).")
     d_ckpt = None if drafter is None else _resolve(drafter, "drafter", opts, t_ckpt)
     if isinstance(t_ckpt, build.Checkpoint) and isinstance(d_ckpt, build.Checkpoint):
         tokenizer_check.check_same_tokenizer(t_ckpt.path, d_ckpt.path)  # GGUF tokenizers: checked at export
