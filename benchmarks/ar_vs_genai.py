@@ -1,0 +1,101 @@
+"""Plain decoding, edge-spec vs ONNX Runtime GenAI's C++ loop on the *same* target graph: alternating processes.
+
+    python benchmarks/ar_vs_genai.py --bundle DEMO [--threads 1 2] [--rounds 3] [--prompts 6] [--tokens 96]
+
+Each measurement is its own process (one system loaded, warmed up on one prompt, then the best of 2 passes over the
+prompts), and the systems alternate round by round, so drift on a noisy machine hits both alike. edge-spec runs
+``Engine.load(drafting="none")`` at its defaults (context 4096, spinning when it has more than one thread); GenAI
+runs the bundle's ``target/genai_config.json`` with ``intra_op_num_threads`` set and its own defaults otherwise
+(spinning on), ``max_length`` = prompt + tokens. Greedy; same prompt ids (benchmarks/chat_prompts.py rendered by the
+bundle's chat format). Needs ``onnxruntime-genai`` (the benchmarks' peers environment).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+def worker(system: str, bundle: Path, threads: int, prompts: int, tokens: int) -> float:
+    """tok/s of ``system`` (best of 2 passes over the prompts, after a warm-up)."""
+    from chat_prompts import CHAT_PROMPTS
+    from vs_llamacpp import prompt_ids
+
+    ids = prompt_ids(bundle, list(CHAT_PROMPTS[:prompts]))
+    if system == "edge-spec":
+        from edge_spec import Engine
+
+        engine = Engine.load(bundle, threads=threads, max_context=4096, drafting="none")
+        opts = {"max_new_tokens": tokens, "temperature": 0.0, "speculative": False, "stop_token_ids": ()}
+
+        def run(p: list[int]) -> int:
+            return len(engine.generate(p, opts).token_ids)
+    else:
+        import numpy as np
+        import onnxruntime_genai as og
+
+        config = og.Config(str(bundle / "target"))
+        config.overlay(json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": threads}}}}))
+        model = og.Model(config)
+
+        def run(p: list[int]) -> int:
+            params = og.GeneratorParams(model)
+            params.set_search_options(max_length=len(p) + tokens, batch_size=1, do_sample=False)
+            gen = og.Generator(model, params)
+            gen.append_tokens(np.asarray([p], dtype=np.int32))
+            n = 0
+            while not gen.is_done():
+                gen.generate_next_token()
+                n += 1
+            return n
+    run(ids[0])
+    best = 0.0
+    for _ in range(2):
+        t0 = time.perf_counter()
+        n = sum(run(p) for p in ids)
+        best = max(best, n / (time.perf_counter() - t0))
+    return best
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bundle", type=Path, required=True)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--prompts", type=int, default=6)
+    ap.add_argument("--tokens", type=int, default=96)
+    ap.add_argument("--out", type=Path, help="write the measurements as JSON")
+    ap.add_argument("--worker", nargs=2, metavar=("SYSTEM", "THREADS"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        print(worker(args.worker[0], args.bundle, int(args.worker[1]), args.prompts, args.tokens))
+        return 0
+    results: dict[str, dict[str, list[float]]] = {}
+    for threads in args.threads:
+        res = results.setdefault(str(threads), {"edge-spec": [], "genai": []})
+        for _ in range(args.rounds):
+            for system in ("edge-spec", "genai"):
+                out = subprocess.run([sys.executable, __file__, "--bundle", str(args.bundle), "--prompts",
+                                      str(args.prompts), "--tokens", str(args.tokens), "--worker", system,
+                                      str(threads)], capture_output=True, text=True, check=True)
+                res[system].append(round(float(out.stdout.strip().splitlines()[-1]), 1))
+        e, g = res["edge-spec"], res["genai"]
+        ratios = [round(a / b, 3) for a, b in zip(e, g)]
+        res["ratio_per_round"] = ratios  # type: ignore[assignment]
+        print(f"{threads} thread(s): edge-spec {e} tok/s, GenAI {g} tok/s; edge-spec / GenAI per round {ratios}, "
+              f"best vs best {max(e) / max(g):.3f}", flush=True)
+    if args.out:
+        args.out.write_text(json.dumps({"bundle": str(args.bundle), "prompts": args.prompts, "tokens": args.tokens,
+                                        "results": results}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
