@@ -94,7 +94,7 @@ def test_api_generation_config_type_errors(bad):
 
 # ------------------------------------------------------------------------------ export leftovers, permissions
 def test_export_removes_leftovers_of_a_killed_export_and_opens_permissions(tmp_path):
-    from edge_spec.export.pipeline import _finish, _prepare_destination
+    from edge_spec.export.destination import finish, prepare_destination
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # a pid that no longer runs, like a SIGKILLed export's
@@ -102,13 +102,13 @@ def test_export_removes_leftovers_of_a_killed_export_and_opens_permissions(tmp_p
     live = tmp_path / f".bundle.tmp-{os.getpid()}-def"  # a concurrent export still running: kept
     for d in (stale, live):
         d.mkdir()
-    tmp = _prepare_destination(tmp_path / "bundle", force=False)
+    tmp = prepare_destination(tmp_path / "bundle", force=False)
     assert not stale.exists() and live.exists() and tmp.exists()
     (tmp / "drafter").mkdir()
     data = tmp / "drafter" / "model.onnx.data"
     data.write_bytes(b"x")
     data.chmod(0o600)  # what onnx's external-data writer leaves
-    _finish(tmp, tmp_path / "bundle")
+    finish(tmp, tmp_path / "bundle")
     mask = os.umask(0)
     os.umask(mask)
     assert (tmp_path / "bundle" / "drafter" / "model.onnx.data").stat().st_mode & 0o777 == 0o666 & ~mask

@@ -125,7 +125,7 @@ def test_chat_samples_by_default_with_a_seed_that_replays(demo_bundle: Path) -> 
 
 def test_recommended_sampling_comes_from_the_model(tmp_path: Path) -> None:
     from edge_spec.export import build
-    from edge_spec.export.pipeline import recommended_sampling
+    from edge_spec.export.bundle_tokenizer import recommended_sampling
 
     (tmp_path / "generation_config.json").write_text(json.dumps({"do_sample": True, "temperature": 0.6,
                                                                  "top_p": 0.9, "top_k": 20}))

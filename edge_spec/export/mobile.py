@@ -40,7 +40,7 @@ def package_bundle(bundle: str | os.PathLike[str], out: str | os.PathLike[str], 
     operator configs beside the manifest, and the manifest's memory fields measured on the new graphs.
 
     ``bundle`` is left untouched; ``out`` is written into a temp dir and renamed into place at the end."""
-    from edge_spec.export.pipeline import _finish, _prepare_destination  # the exporter's atomic write
+    from edge_spec.export.destination import finish, prepare_destination  # the exporter's atomic write
 
     src, dest = Path(bundle), Path(out)
     manifest = read_manifest(src)
@@ -52,7 +52,7 @@ def package_bundle(bundle: str | os.PathLike[str], out: str | os.PathLike[str], 
         raise ExportError(f"--out '{dest}' is the bundle itself; choose a new directory (the ONNX bundle is kept).")
     tools = _converter()
     t0 = time.perf_counter()
-    tmp = _prepare_destination(dest, force)
+    tmp = prepare_destination(dest, force)
     try:
         _copy_side_files(src, tmp, manifest)
         graphs = {role: _convert(tools, src / spec.graph, tmp / role) for role, spec in specs.items()}
@@ -72,7 +72,7 @@ def package_bundle(bundle: str | os.PathLike[str], out: str | os.PathLike[str], 
                            version=SCHEMA_VERSION)  # graph_format is new in 6: older readers must say "upgrade"
         write_manifest(tmp, packaged)
         read_manifest(tmp)  # every file it names is there
-        _finish(tmp, dest)
+        finish(tmp, dest)
         return packaged
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)

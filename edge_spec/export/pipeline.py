@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -39,7 +38,6 @@ from edge_spec.errors import EdgeSpecError, ExportError
 from edge_spec.export import (
     build,
     calibrate,
-    chat_template,
     eagle_graph,
     invariance,
     measure,
@@ -48,8 +46,9 @@ from edge_spec.export import (
     vocab_trim,
 )
 from edge_spec.export import gguf as gguf_src
+from edge_spec.export.bundle_tokenizer import TOKENIZER_FILES, recommended_sampling, write_tokenizers
+from edge_spec.export.destination import finish, prepare_destination
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 DEFAULT_MAX_CONTEXT_CAP = 4096  # default max_context = min(checkpoint's positions, this)
 
 
@@ -142,68 +141,6 @@ def checkpoint_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _prepare_destination(out: Path, force: bool) -> Path:
-    if out.exists() and not force:
-        raise ExportError(f"The output '{out}' already exists; pass --force to replace it or choose another --out.")
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"The output '{out}' is a file; choose a directory path for --out.")
-    parent = out.parent if str(out.parent) else Path(".")
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale(parent, out.name)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=parent))
-        tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it 0700; the bundle should get normal permissions
-        return tmp
-    except OSError as exc:
-        raise ExportError(f"Cannot write to the output directory '{parent}' ({exc.strerror}); choose a writable "
-                          "--out location.") from None
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _remove_stale(parent: Path, name: str) -> None:
-    """Delete ``.NAME.tmp-PID-*`` / ``.NAME.old-PID`` left by an export that was killed (SIGKILL skips cleanup).
-
-    The pid in the name tells whether its writer still runs; a live one (a concurrent export) is left alone."""
-    for p in parent.glob(f".{name}.*-*"):
-        kind, _, rest = p.name[len(name) + 2:].partition("-")
-        pid = rest.split("-")[0]
-        if kind not in ("tmp", "old") or not pid.isdigit() or not p.is_dir():
-            continue
-        try:
-            os.kill(int(pid), 0)
-            continue  # still running
-        except ProcessLookupError:
-            shutil.rmtree(p, ignore_errors=True)
-        except OSError:  # another user's live process (EPERM): not ours to judge
-            continue
-
-
-def _open_permissions(root: Path) -> None:
-    """Files a+r and directories a+rx, minus the umask: writers such as onnx save external data with 0600,
-    which would leave a bundle other users cannot load."""
-    mask = _umask()
-    for dirpath, _dirs, filenames in os.walk(root):
-        os.chmod(dirpath, 0o777 & ~mask)
-        for f in filenames:
-            os.chmod(os.path.join(dirpath, f), 0o666 & ~mask)
-
-
-def _finish(tmp: Path, out: Path) -> None:
-    _open_permissions(tmp)
-    old = None
-    if out.exists():  # --force: move the old bundle aside, put the new one in, then delete the old
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def export_bundle(target: str, drafter: str | None, out: str | os.PathLike[str], options: ExportOptions | None = None,
                   progress: Progress | None = _stderr) -> Manifest:
     """Export ``target`` and ``drafter`` (local checkpoint dirs or hub ids) into the bundle ``out``.
@@ -225,10 +162,10 @@ def export_bundle(target: str, drafter: str | None, out: str | os.PathLike[str],
     if isinstance(t_ckpt, build.Checkpoint) and isinstance(d_ckpt, build.Checkpoint):
         tokenizer_check.check_same_tokenizer(t_ckpt.path, d_ckpt.path)  # GGUF tokenizers: checked at export
     prompts = calibrate.read_prompts(opts.calibration) if opts.calibration else list(calibrate.DEFAULT_PROMPTS)
-    tmp = _prepare_destination(out, opts.force)
+    tmp = prepare_destination(out, opts.force)
     try:
         manifest = _export_into(tmp, t_ckpt, d_ckpt, opts, prompts, say)
-        _finish(tmp, out)
+        finish(tmp, out)
         return manifest
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -299,7 +236,7 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint |
     _fix_genai_config(tmp / "target" / "genai_config.json", max_ctx)
 
     tok_dir = tmp / "tokenizer"
-    tok_spec = _tokenizers(t_ckpt, d_ckpt, tok_dir, cache)
+    tok_spec = write_tokenizers(t_ckpt, d_ckpt, tok_dir, cache)
 
     trim = None
     if eagle:  # the head's draft vocabulary was chosen in training: its id map is the trim
@@ -449,71 +386,6 @@ def _build_role(tmp: Path, role: str, ckpt: Source, q: Quant, opts: ExportOption
         return build.build_graph(ckpt, tmp / role, bopts, cache)
 
 
-def _tokenizers(t_ckpt: Source, d_ckpt: Source | None, tok_dir: Path, cache: Path) -> TokenizerSpec:
-    """Write the bundle's tokenizer dir (from the target) and check the drafter tokenizes the same way."""
-    tok_dir.mkdir()
-    if isinstance(t_ckpt, own_build.Source):
-        gguf_src.save_tokenizer(t_ckpt.gguf, tok_dir)
-    else:
-        for f in TOKENIZER_FILES:
-            if (t_ckpt.path / f).is_file():
-                shutil.copy2(t_ckpt.path / f, tok_dir / f)
-    d_dir: Path | None = None
-    if d_ckpt is None:
-        pass
-    elif isinstance(d_ckpt, build.Checkpoint):
-        d_dir = d_ckpt.path
-    elif d_ckpt.kind == "gguf":
-        d_dir = cache / "drafter-tokenizer"
-        gguf_src.save_tokenizer(d_ckpt.gguf, d_dir)
-    elif (d_ckpt.path / "tokenizer.json").is_file():  # a distilled drafter shares the target's tokenizer
-        d_dir = d_ckpt.path
-    if d_dir is not None and not (isinstance(t_ckpt, build.Checkpoint) and isinstance(d_ckpt, build.Checkpoint)):
-        tokenizer_check.check_same_tokenizer(tok_dir, d_dir)
-    if isinstance(t_ckpt, build.Checkpoint):
-        return _tokenizer_spec(t_ckpt.path, tok_dir)
-    spec = _tokenizer_spec(tok_dir, tok_dir)
-    stops = tuple(sorted(set(spec.stop_token_ids) | set(gguf_src.end_of_turn_ids(t_ckpt.gguf))))
-    bos = t_ckpt.gguf.special_ids.get("bos", spec.bos_token_id)
-    return TokenizerSpec(files=spec.files, vocab_size=spec.vocab_size, bos_token_id=bos, stop_token_ids=stops,
-                         special_token_ids=spec.special_token_ids, chat=spec.chat)
-
-
-_GGUF_SAMPLING = {"general.sampling.temp": "temperature", "general.sampling.top_k": "top_k",
-                  "general.sampling.top_p": "top_p", "general.sampling.min_p": "min_p"}
-
-
-def recommended_sampling(src: Source) -> dict[str, Any] | None:
-    """The model's own sampling settings: a GGUF's ``general.sampling.*`` keys (llama.cpp's converter writes them
-    from the model's generation config), or an HF ``generation_config.json`` with ``do_sample: true``; None when the
-    source carries none (then ``edge-spec chat`` uses llama.cpp's defaults)."""
-    out: dict[str, Any] = {}
-    if isinstance(src, own_build.Source) and src.gguf is not None:
-        for key, name in _GGUF_SAMPLING.items():
-            if key in src.gguf.metadata:
-                out[name] = float(src.gguf.metadata[key]) if name != "top_k" else int(src.gguf.metadata[key])
-        source = "gguf"
-    elif isinstance(src, build.Checkpoint) and (src.path / "generation_config.json").is_file():
-        try:
-            gen = json.loads((src.path / "generation_config.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            gen = {}
-        if gen.get("do_sample"):
-            for name, cast in (("temperature", float), ("top_k", int), ("top_p", float), ("min_p", float)):
-                if isinstance(gen.get(name), (int, float)) and not isinstance(gen.get(name), bool):
-                    out[name] = cast(gen[name])
-        source = "generation_config.json"
-    if not out:
-        return None
-    from edge_spec.runtime.sampling import SamplingConfig
-
-    try:
-        SamplingConfig(**out)
-    except EdgeSpecError:
-        return None  # settings we cannot apply are not a recommendation
-    return {**out, "source": source}
-
-
 def _sha(src: Source) -> str:
     return src.sha256 if isinstance(src, own_build.Source) else checkpoint_sha256(src.path)
 
@@ -526,41 +398,6 @@ def _fix_genai_config(path: Path, max_ctx: int) -> None:
     cfg = json.loads(path.read_text(encoding="utf-8"))
     cfg.setdefault("search", {})["max_length"] = max_ctx  # the KV buffer ORT GenAI preallocates
     path.write_text(json.dumps(cfg, indent=4) + "\n", encoding="utf-8")
-
-
-def _tokenizer_spec(src: Path, tok_dir: Path) -> TokenizerSpec:
-    from transformers import AutoTokenizer
-
-    try:
-        tok = AutoTokenizer.from_pretrained(str(src))
-    except Exception as exc:
-        raise ExportError(f"transformers cannot load the tokenizer in '{src}' ({exc.__class__.__name__}); "
-                          "re-save it with tokenizer.save_pretrained().") from None
-    tok_json = tokenizer_check.load_tokenizer_json(src)
-    gen_file = src / "generation_config.json"
-    gen = json.loads(gen_file.read_text(encoding="utf-8")) if gen_file.is_file() else {}
-    runtime_tok = _effective_tokenizer(tok, tok_dir / "tokenizer.json")
-    chat = chat_template.chat_format(tok, runtime_tok)
-    stops = tokenizer_check.stop_token_ids(tok, tok_json, gen, chat)
-    files = tuple(f"tokenizer/{f}" for f in TOKENIZER_FILES if (tok_dir / f).is_file())
-    return TokenizerSpec(files=files, vocab_size=len(tok), bos_token_id=tok.bos_token_id, stop_token_ids=stops,
-                         special_token_ids=tokenizer_check.special_token_ids(tok_json), chat=chat)
-
-
-def _effective_tokenizer(tok, path: Path):
-    """The tokenizer transformers actually runs, written as the bundle's tokenizer.json; returns it loaded.
-
-    transformers 5 rebuilds some tokenizers from their class rather than from tokenizer.json
-    (Qwen2Tokenizer sets its own pre-tokenizer and NFC normalizer), so the file alone can
-    tokenize differently from ``apply_chat_template``; the runtime must match transformers."""
-    from tokenizers import Tokenizer
-
-    runtime_tok = Tokenizer.from_str(tok.backend_tokenizer.to_str())
-    runtime_tok.no_padding()
-    runtime_tok.no_truncation()
-    if runtime_tok.to_str() != Tokenizer.from_file(str(path)).to_str():
-        runtime_tok.save(str(path))
-    return Tokenizer.from_file(str(path))
 
 
 def _model_spec(root: Path, role: str, ckpt: build.Checkpoint, q: Quant, opts: ExportOptions, max_ctx: int,
