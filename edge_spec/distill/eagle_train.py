@@ -154,7 +154,8 @@ def extract_features(model: torch.nn.Module, seqs: list[Sequence], aux: tuple[in
 
 def _save_teacher(path: Path, seqs: list[Sequence]) -> None:
     """Keep the sequences' teacher targets beside their features (~200 B per answer position), so a run that
-    continues on the same data (resumed, or ``--init-from`` into the same ``--out``) skips the teacher pass."""
+    continues on the same data (resumed in the same ``--out``, or another run given the same ``--features DIR``)
+    skips the teacher pass."""
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as f:
         np.savez(f, rows=np.array([len(s.topk_ids) for s in seqs], np.int64),
