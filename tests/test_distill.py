@@ -262,7 +262,7 @@ def test_answers_file_keeps_the_ids_and_a_run_from_it_recomputes_the_teacher(tin
         distill(replace(_eagle(tiny_target, tmp_path / "third"), answers=first / "distill.json"), _quiet)
 
     # the EAGLE-3 run filled the teacher in its feature pass: the same targets as the separate teacher pass
-    from edge_spec.distill.eagle_train import extract_features
+    from edge_spec.distill.features import extract_features
 
     one_pass, _, _ = ids.read(packed)
     extract_features(load_target(tiny_target).model, one_pass, (1, 2, 3), tmp_path / "f", 10_000, _quiet,
@@ -271,7 +271,7 @@ def test_answers_file_keeps_the_ids_and_a_run_from_it_recomputes_the_teacher(tin
         np.testing.assert_array_equal(a.topk_ids, b.topk_ids)
         np.testing.assert_allclose(a.lse, b.lse, rtol=1e-5, atol=1e-5)
     # a run on the same data again (resumed) reads the kept teacher targets: no teacher pass, same values
-    import edge_spec.distill.eagle_train as et
+    import edge_spec.distill.features as et
 
     again, _, _ = ids.read(packed)
     monkeypatch.setattr(et, "teacher_targets", lambda *a, **k: pytest.fail("the teacher pass ran again"))
@@ -319,10 +319,53 @@ def test_features_dir_lets_a_continuing_run_skip_the_feature_and_teacher_passes(
                                         answers=answers, features=features), logs[name].append)
     computed = [[m for m in logs[n] if m.startswith(("features:", "teacher:"))] for n in ("a", "b", "fresh")]
     assert computed[0] and not computed[1] and computed[2]  # only the first run with the shared dir computed them
-    assert not (tmp_path / "a" / "features").exists() and len(list(feats.glob("features_*.f16"))) == 1
+    assert not (tmp_path / "a" / "features").exists() and len(list(feats.glob("feat-*.f16"))) == 1
     assert reports["b"]["train"]["final"] == reports["a"]["train"]["final"] == reports["fresh"]["train"]["final"]
     with pytest.raises(EdgeSpecError, match="--kind eagle3"):
         distill(replace(_config(tiny_target, tmp_path / "layers", 0), features=feats), _quiet)
+
+
+def test_feature_store_grows_with_the_data_and_computes_only_new_sequences(tiny_target, tmp_path):
+    """Features are kept per sequence: a run on more data computes only the sequences no earlier run did, and
+    reads exactly what a fresh pass would compute (features and teacher top-k); a half-written segment is never
+    read; a run's own directory keeps only what its data uses."""
+    from edge_spec.distill import ids
+    from edge_spec.distill.features import extract_features, sequence_keys
+
+    files = []
+    for seed in (0, 1):
+        distill(replace(_config(tiny_target, tmp_path / f"s{seed}", 1), seed=seed, data_only=True), _quiet)
+        files.append(tmp_path / f"s{seed}" / "data" / "answers.npz")
+    model = load_target(tiny_target).model
+    shared = tmp_path / "shared"
+
+    def run(paths, where, share=True):
+        train, held, _ = ids.read_many(paths)
+        logs: list[str] = []
+        store = extract_features(model, train + held, (1, 2, 3), where, 24, logs.append, teacher_top_k=8,
+                                 target_sha256="t", shared=share)
+        return train + held, store, logs
+
+    first, _, logs = run(files[:1], shared)
+    assert any(f"computing {len(first):,}" in m for m in logs)
+    (shared / "feat-x-interrupted.f16.tmp").write_bytes(b"\0" * 64)  # what a killed pass leaves
+    both, store, logs = run(files, shared)
+    seen = {k.tobytes() for k in sequence_keys(first, 24)}  # alike in their first 24 ids: features alike
+    kept = sum(k.tobytes() in seen for k in sequence_keys(both, 24))
+    assert len(first) <= kept < len(both)
+    assert any(f"{kept:,} of {len(both):,} sequences kept" in m for m in logs), logs
+    assert any(f"computing {len(both) - kept:,}" in m for m in logs)
+    fresh_seqs, fresh, _ = run(files, tmp_path / "fresh", share=False)
+    for i, (a, b) in enumerate(zip(both, fresh_seqs, strict=True)):
+        np.testing.assert_array_equal(store.get(i, 24), fresh.get(i, 24))
+        np.testing.assert_array_equal(a.topk_ids, b.topk_ids)
+        np.testing.assert_allclose(a.lse, b.lse, rtol=1e-5, atol=1e-5)
+    assert store.rows == fresh.rows == sum(min(len(s.ids), 24) for s in both)
+    _, _, logs = run(files, shared)
+    assert not any(m.startswith(("features:", "teacher:")) for m in logs)  # nothing left to compute
+    assert len(list(shared.glob("feat-*.idx.npz"))) == 2
+    run(files[1:], tmp_path / "fresh", share=False)  # a run's own directory: only the segment it uses stays
+    assert len(list((tmp_path / "fresh").glob("feat-*.idx.npz"))) == 1
 
 
 def test_answers_of_several_runs_merge_without_repeats(tiny_target, tmp_path):

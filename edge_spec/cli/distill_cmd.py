@@ -54,10 +54,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--init-from", type=Path, metavar="HEAD_DIR",
                    help="eagle3: continue from this saved head (its vocabulary and weights), e.g. on more data")
     p.add_argument("--features", type=Path, metavar="DIR",
-                   help="eagle3: keep the target's features (and teacher top-k) for this data in DIR instead of "
-                        "OUT/features, and reuse what an earlier run left there: continuing a head on the same data "
-                        "then skips the feature pass (about 2 x 3 x hidden bytes per position: 3.3 GB for SmolLM2 "
-                        "and 950k positions)")
+                   help="eagle3: keep the target's features (and teacher top-k) in DIR instead of OUT/features, "
+                        "and reuse what earlier runs left there, per sequence: continuing a head on the same data "
+                        "then skips the feature pass, and on more data computes only the new answers (about 2 x 3 "
+                        "x hidden bytes per position: 3.3 GB for SmolLM2 and 950k positions)")
     p.add_argument("--steps", type=_positive(int), metavar="N", help="exact training steps (reproducible)")
     p.add_argument("--data-jobs", type=_positive(int), metavar="N", help="exact number of generation batches")
     p.add_argument("--batch", type=_positive(int), default=64, metavar="N", help="generation batch (default 64)")

@@ -16,14 +16,13 @@ import torch
 from edge_spec.distill.data import Sequence
 from edge_spec.distill.eagle import Eagle3Head, load_head, save_head
 from edge_spec.distill.eagle_train import (
-    aux_scale,
     choose_vocab,
-    extract_features,
     fold_scale,
     head_config,
     init_head,
     train_head,
 )
+from edge_spec.distill.features import aux_scale, extract_features
 from edge_spec.errors import EdgeSpecError
 
 if TYPE_CHECKING:

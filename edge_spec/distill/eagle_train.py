@@ -3,7 +3,7 @@
 Data are the target's own answers (``data.py`` shards: token ids + the teacher's top-k logits at every answer
 position). The target's aux features are *recomputed* by one teacher-forced pass (no LM head) instead of being
 generated with the text and stored — forward passes are 2.5x faster than generation and the ids stay the durable
-asset — and kept for the run in a float16 memory map (``features.f16``, 2 * 3T bytes per position).
+asset — and kept in float16 memory maps (``features.py``: per-sequence segments, 2 * 3T bytes per position).
 
 Loss: at every answer position and every draft depth d = 1..depth, the forward KL from the teacher's top-k
 distribution (renormalised over the draft vocabulary) to the head's softmax, weighted 0.8^(d-1) (EAGLE-3). Depth d
@@ -18,7 +18,6 @@ Deterministic for a seed on one machine and thread count; checkpointed every few
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import time
@@ -32,7 +31,7 @@ import torch.nn.functional as F
 
 from edge_spec.distill.data import EVAL_TEMPERATURE, Sequence
 from edge_spec.distill.eagle import Eagle3Config, Eagle3Head
-from edge_spec.distill.ids import fill_teacher, teacher_targets
+from edge_spec.distill.features import FeatureStore
 
 
 @dataclass(frozen=True)
@@ -52,142 +51,6 @@ class EagleTrainConfig:
     eval_depth: int = 4
     checkpoint_seconds: float = 300.0
     eval_batch: int = 16
-
-
-# ---------------------------------------------------------------------------------------------- features
-class FeatureStore:
-    """Aux features of every position of every sequence: float16 [positions, 3T] in a memory map."""
-
-    def __init__(self, path: Path, offsets: np.ndarray, dim: int) -> None:
-        self.offsets = offsets  # [n + 1] row offset of each sequence
-        self.data = np.memmap(path, dtype=np.float16, mode="r", shape=(int(offsets[-1]), dim))
-
-    def get(self, i: int, n: int) -> np.ndarray:
-        """[min(n, len), 3T] features of sequence i."""
-        a = int(self.offsets[i])
-        return self.data[a:min(a + n, int(self.offsets[i + 1]))]
-
-
-def _aux_hooks(model: torch.nn.Module, aux: tuple[int, ...], store: dict[int, torch.Tensor]) -> list:
-    """Hooks that put the residual stream entering layer j (j = 0: the embeddings) into ``store[j]``."""
-    handles = []
-    for j in aux:
-        mod = model.model.embed_tokens if j == 0 else model.model.layers[j - 1]
-
-        def hook(_m, _inp, out, j=j):
-            store[j] = out[0] if isinstance(out, tuple) else out
-        handles.append(mod.register_forward_hook(hook))
-    return handles
-
-
-@torch.no_grad()
-def extract_features(model: torch.nn.Module, seqs: list[Sequence], aux: tuple[int, ...], out_dir: Path,
-                     max_len: int, log: Callable[[str], None] = print, batch_tokens: int = 4096,
-                     teacher_top_k: int | None = None, target_sha256: str = "", shared: bool = False) -> FeatureStore:
-    """Teacher-forced passes over ``seqs`` (first ``max_len`` ids each); the aux features of every position.
-
-    With ``teacher_top_k`` the same passes also fill each sequence's teacher targets (``ids.fill_teacher``, answer
-    rows within ``max_len``: all that training reads), so ids-only data costs one pass, not two.
-    Cached in ``out_dir`` under a key of (target, sequences, aux layers, max_len), with the teacher targets beside
-    it; written to a temporary file and renamed, so an interrupted extraction starts again rather than leaving a
-    half-written store. A run's own directory holds one store (older ones are deleted); a ``shared`` one
-    (``--features DIR``) keeps every store, so runs on the same data reuse it."""
-    lens = np.array([min(len(s.ids), max_len) for s in seqs], np.int64)
-    key = hashlib.sha256()
-    for s in seqs:
-        key.update(np.asarray(s.ids[:max_len], np.int32).tobytes())
-    key.update(repr((aux, max_len)).encode())
-    key.update(target_sha256.encode())
-    tag = key.hexdigest()[:16]
-    path = out_dir / f"features_{tag}.f16"
-    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-    dim = model.config.hidden_size * len(aux)
-    teacher = path.with_name(f"{path.stem}.teacher{teacher_top_k}.npz")
-    if path.exists():
-        if teacher_top_k and not _load_teacher(teacher, seqs):
-            teacher_targets(model, seqs, teacher_top_k, log=log)
-            _save_teacher(teacher, seqs)
-        return FeatureStore(path, offsets, dim)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if not shared:  # one store per run directory: the data changed
-        for old in [*out_dir.glob("features_*.f16"), *out_dir.glob("features_*.npz")]:
-            old.unlink()
-    tmp = path.with_suffix(".tmp")
-    mm = np.memmap(tmp, dtype=np.float16, mode="w+", shape=(int(offsets[-1]), dim))
-    order = np.argsort(-lens, kind="stable")
-    store: dict[int, torch.Tensor] = {}
-    handles = _aux_hooks(model, aux, store)
-    t0, done = time.time(), 0
-    dev = next(model.parameters()).device
-    try:
-        i = 0
-        while i < len(order):
-            width = int(lens[order[i]])
-            b = max(1, batch_tokens // width)
-            idx = order[i:i + b]
-            ids = torch.zeros(len(idx), width, dtype=torch.int64)
-            mask = torch.zeros(len(idx), width, dtype=torch.int64)
-            for r, s in enumerate(idx):
-                ids[r, :lens[s]] = torch.from_numpy(np.asarray(seqs[s].ids[:lens[s]], np.int64))
-                mask[r, :lens[s]] = 1
-            out = model.model(input_ids=ids.to(dev), attention_mask=mask.to(dev), use_cache=False)
-            if teacher_top_k:
-                for r, s in enumerate(idx):
-                    fill_teacher(model, seqs[s], out.last_hidden_state[r], teacher_top_k)
-            feats = torch.cat([store[j] for j in aux], -1).to(torch.float16).cpu().numpy()
-            for r, s in enumerate(idx):
-                mm[offsets[s]:offsets[s + 1]] = feats[r, :lens[s]]
-            i += b
-            done += int(lens[idx].sum())
-            if time.time() - t0 > 30 or i >= len(order):
-                log(f"features: {done:,}/{int(offsets[-1]):,} positions, {done / (time.time() - t0):,.0f} pos/s")
-    finally:
-        for h in handles:
-            h.remove()
-    mm.flush()
-    del mm
-    if teacher_top_k:
-        _save_teacher(teacher, seqs)
-    os.replace(tmp, path)
-    return FeatureStore(path, offsets, dim)
-
-
-def _save_teacher(path: Path, seqs: list[Sequence]) -> None:
-    """Keep the sequences' teacher targets beside their features (~200 B per answer position), so a run that
-    continues on the same data (resumed in the same ``--out``, or another run given the same ``--features DIR``)
-    skips the teacher pass."""
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as f:
-        np.savez(f, rows=np.array([len(s.topk_ids) for s in seqs], np.int64),
-                 topk_ids=np.concatenate([s.topk_ids for s in seqs]).astype(np.int32),
-                 topk_logits=np.concatenate([s.topk_logits for s in seqs]).astype(np.float16),
-                 lse=np.concatenate([s.lse for s in seqs]).astype(np.float32))
-    os.replace(tmp, path)
-
-
-def _load_teacher(path: Path, seqs: list[Sequence]) -> bool:
-    """Fill ``seqs``' teacher targets from :func:`_save_teacher`'s file; False when there is none for them."""
-    if not path.is_file():
-        return False
-    z = np.load(path)
-    rows = z["rows"]
-    if len(rows) != len(seqs):
-        return False
-    off = np.concatenate([[0], np.cumsum(rows)])
-    ids, logits, lse = z["topk_ids"], z["topk_logits"], z["lse"]
-    for s, a, b in zip(seqs, off[:-1], off[1:], strict=True):
-        s.topk_ids, s.topk_logits, s.lse = ids[a:b], logits[a:b], lse[a:b]
-    return True
-
-
-def aux_scale(store: FeatureStore, n_aux: int, rows: int = 20000, seed: int = 0) -> np.ndarray:
-    """[3T] per-feature multiplier that brings each aux layer to RMS 1 (the last layer's RMS is ~30 with some
-    dimensions near 900 against ~0.1 for early layers); folded into ``fc`` when the head is saved."""
-    rng = np.random.default_rng(seed)
-    sample = store.data[np.sort(rng.choice(store.data.shape[0], min(rows, store.data.shape[0]), replace=False))]
-    x = sample.astype(np.float32).reshape(len(sample), n_aux, -1)
-    rms = np.sqrt((x ** 2).mean(axis=(0, 2))) + 1e-6  # [n_aux]
-    return np.repeat(1.0 / rms, x.shape[2]).astype(np.float32)
 
 
 # ---------------------------------------------------------------------------------------------- vocabulary, init
@@ -256,7 +119,7 @@ def _batch(seqs: list[Sequence], idx: np.ndarray, store: FeatureStore, t2d: np.n
     b = len(idx)
     k = seqs[idx[0]].topk_ids.shape[1]
     ids = np.zeros((b, s), np.int64)
-    feats = np.zeros((b, s, store.data.shape[1]), np.float32)
+    feats = np.zeros((b, s, store.dim), np.float32)
     t_ids = np.zeros((b, s, k), np.int64)
     t_logits = np.zeros((b, s, k), np.float32)  # rows outside the answers are masked
     lse = np.zeros((b, s), np.float32)
@@ -340,7 +203,7 @@ class _Offset:
     """A FeatureStore view whose sequence i is the store's sequence base + i (held-out rows follow training)."""
 
     def __init__(self, store: FeatureStore, base: int) -> None:
-        self.store, self.base, self.data = store, base, store.data
+        self.store, self.base, self.dim = store, base, store.dim
 
     def get(self, i: int, n: int) -> np.ndarray:
         return self.store.get(self.base + i, n)

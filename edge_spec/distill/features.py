@@ -1,0 +1,235 @@
+"""The target's aux features (and teacher top-k) for EAGLE-3 training, kept per sequence so data can grow.
+
+One teacher-forced pass (no LM head but for the answer rows' teacher targets) computes, for every position of
+every sequence's first ``max_len`` ids, the residual streams the head reads: float16 [positions, n_aux * hidden].
+They are stored in *segments*: ``feat-<ns>-<tag>.f16`` (the rows), ``.idx.npz`` (which sequences, by a hash of
+their prompt length and ids, and where their rows start) and ``.teacher<k>.npz`` (their teacher top-k), where
+``ns`` names the target, aux layers and ``max_len``. A run finds every sequence it needs in the segments already
+there and computes only the others, into one new segment — so adding an answers file to ``--data`` costs a pass
+over that file alone, and a resumed run costs none. A segment is written to temporary files and renamed, its
+index last: an interrupted pass leaves nothing a later run would read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from edge_spec.distill.data import Sequence
+from edge_spec.distill.ids import fill_teacher, teacher_targets
+
+_KEY = 16  # bytes of a sequence's hash
+
+
+class FeatureStore:
+    """Aux features of every position of a list of sequences, read from the segments' memory maps.
+
+    Sequence i's rows are ``maps[seg[i]][row[i]:row[i] + lens[i]]`` ([lens[i], dim] float16)."""
+
+    def __init__(self, maps: list[np.memmap], seg: np.ndarray, row: np.ndarray, lens: np.ndarray, dim: int) -> None:
+        self.maps, self.seg, self.row, self.lens, self.dim = maps, seg, row, lens, dim
+        self.offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)  # rows of the list, in order
+
+    @property
+    def rows(self) -> int:
+        """Positions over all sequences."""
+        return int(self.offsets[-1])
+
+    def get(self, i: int, n: int) -> np.ndarray:
+        """[min(n, len_i), dim] features of sequence i."""
+        a = int(self.row[i])
+        return self.maps[int(self.seg[i])][a:a + min(n, int(self.lens[i]))]
+
+    def sample(self, rows: int, seed: int) -> np.ndarray:
+        """[min(rows, self.rows), dim] float32 rows drawn without replacement (seeded), in list order."""
+        pick = np.sort(np.random.default_rng(seed).choice(self.rows, min(rows, self.rows), replace=False))
+        i = np.searchsorted(self.offsets, pick, side="right") - 1
+        out = np.empty((len(pick), self.dim), np.float32)
+        for k, (s, p) in enumerate(zip(i, pick, strict=True)):
+            out[k] = self.maps[int(self.seg[s])][int(self.row[s]) + int(p - self.offsets[s])]
+        return out
+
+
+def sequence_keys(seqs: list[Sequence], max_len: int) -> np.ndarray:
+    """[n, 16] uint8: a hash of each sequence's prompt length and first ``max_len`` ids (what its rows depend on)."""
+    out = np.empty((len(seqs), _KEY), np.uint8)
+    for i, s in enumerate(seqs):
+        h = hashlib.sha256(np.int64(s.prompt_len).tobytes())
+        h.update(np.asarray(s.ids[:max_len], np.int32).tobytes())
+        out[i] = np.frombuffer(h.digest()[:_KEY], np.uint8)
+    return out
+
+
+def _namespace(aux: tuple[int, ...], max_len: int, target_sha256: str) -> str:
+    return hashlib.sha256(repr((tuple(aux), max_len, target_sha256)).encode()).hexdigest()[:12]
+
+
+def _segments(out_dir: Path, ns: str) -> list[Path]:
+    """The complete segments of namespace ``ns`` in ``out_dir`` (their index files), oldest first."""
+    return sorted(out_dir.glob(f"feat-{ns}-*.idx.npz"), key=lambda p: (p.stat().st_mtime, p.name))
+
+
+def _stem(idx_path: Path) -> Path:
+    return idx_path.with_name(idx_path.name[:-len(".idx.npz")])
+
+
+def extract_features(model: torch.nn.Module, seqs: list[Sequence], aux: tuple[int, ...], out_dir: Path,
+                     max_len: int, log: Callable[[str], None] = print, batch_tokens: int = 4096,
+                     teacher_top_k: int | None = None, target_sha256: str = "", shared: bool = False) -> FeatureStore:
+    """The aux features of ``seqs`` (first ``max_len`` ids each): found in ``out_dir``'s segments, the rest computed.
+
+    With ``teacher_top_k`` the same pass also fills each sequence's teacher targets (``ids.fill_teacher``, answer
+    rows within ``max_len``: all that training reads), so ids-only data costs one pass, not two; sequences found in
+    a segment get the teacher targets kept beside it. A run's own directory keeps only the segments this run read
+    (the data changed); a ``shared`` one (``--features DIR``) keeps every segment, for later runs on any mix of
+    the same data."""
+    ns = _namespace(aux, max_len, target_sha256)
+    dim = model.config.hidden_size * len(aux)
+    lens = np.array([min(len(s.ids), max_len) for s in seqs], np.int64)
+    keys = sequence_keys(seqs, max_len)
+    want: dict[bytes, list[int]] = {}  # sequences alike in their first max_len ids share one key
+    for i, k in enumerate(keys):
+        want.setdefault(k.tobytes(), []).append(i)
+    seg, row = np.full(len(seqs), -1, np.int64), np.zeros(len(seqs), np.int64)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stems: list[Path] = []
+    no_teacher: list[int] = []
+    for idx_path in _segments(out_dir, ns):
+        z = np.load(idx_path)
+        hits = [(j, i) for j, k in enumerate(z["keys"]) for i in want.get(k.tobytes(), ()) if seg[i] < 0]
+        if not hits:
+            continue
+        stems.append(_stem(idx_path))
+        for j, i in hits:
+            seg[i], row[i] = len(stems) - 1, z["rows"][j]
+        if teacher_top_k and not _load_teacher(stems[-1], teacher_top_k, [(j, seqs[i]) for j, i in hits]):
+            no_teacher += [i for _, i in hits]
+    missing = np.flatnonzero(seg < 0)
+    if not shared:  # one run's directory: drop the segments this data does not use
+        for idx_path in _segments(out_dir, ns):
+            if _stem(idx_path) not in stems:
+                for f in idx_path.parent.glob(_stem(idx_path).name + ".*"):
+                    f.unlink()
+    if len(missing):
+        log(f"features: {len(seqs) - len(missing):,} of {len(seqs):,} sequences kept from earlier runs; "
+            f"computing {len(missing):,}")
+        stems.append(_compute_segment(model, [seqs[i] for i in missing], keys[missing], lens[missing], aux, dim,
+                                      out_dir, ns, log, batch_tokens, teacher_top_k))
+        seg[missing] = len(stems) - 1
+        row[missing] = np.concatenate([[0], np.cumsum(lens[missing])[:-1]])
+    if no_teacher:
+        log(f"teacher: {len(no_teacher):,} kept sequences have no teacher top-{teacher_top_k} kept; computing it")
+        teacher_targets(model, [seqs[i] for i in no_teacher], teacher_top_k, log=log)
+    maps = [_open(st, dim) for st in stems]
+    return FeatureStore(maps, seg, row, lens, dim)
+
+
+def _open(stem: Path, dim: int) -> np.memmap:
+    path = stem.with_suffix(".f16")
+    return np.memmap(path, dtype=np.float16, mode="r", shape=(path.stat().st_size // (2 * dim), dim))
+
+
+@torch.no_grad()
+def _compute_segment(model: torch.nn.Module, seqs: list[Sequence], keys: np.ndarray, lens: np.ndarray,
+                     aux: tuple[int, ...], dim: int, out_dir: Path, ns: str, log: Callable[[str], None],
+                     batch_tokens: int, teacher_top_k: int | None) -> Path:
+    """One teacher-forced pass over ``seqs`` (longest first, ~``batch_tokens`` per batch) into a new segment."""
+    h = hashlib.sha256(keys.tobytes())
+    stem = out_dir / f"feat-{ns}-{h.hexdigest()[:16]}"
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    tmp = stem.with_suffix(".f16.tmp")
+    mm = np.memmap(tmp, dtype=np.float16, mode="w+", shape=(int(offsets[-1]), dim))
+    order = np.argsort(-lens, kind="stable")
+    store: dict[int, torch.Tensor] = {}
+    handles = _aux_hooks(model, aux, store)
+    t0, done = time.time(), 0
+    dev = next(model.parameters()).device
+    try:
+        i = 0
+        while i < len(order):
+            width = int(lens[order[i]])
+            idx = order[i:i + max(1, batch_tokens // width)]
+            ids = torch.zeros(len(idx), width, dtype=torch.int64)
+            mask = torch.zeros(len(idx), width, dtype=torch.int64)
+            for r, s in enumerate(idx):
+                ids[r, :lens[s]] = torch.from_numpy(np.asarray(seqs[s].ids[:lens[s]], np.int64))
+                mask[r, :lens[s]] = 1
+            out = model.model(input_ids=ids.to(dev), attention_mask=mask.to(dev), use_cache=False)
+            if teacher_top_k:
+                for r, s in enumerate(idx):
+                    fill_teacher(model, seqs[s], out.last_hidden_state[r], teacher_top_k)
+            feats = torch.cat([store[j] for j in aux], -1).to(torch.float16).cpu().numpy()
+            for r, s in enumerate(idx):
+                mm[offsets[s]:offsets[s + 1]] = feats[r, :lens[s]]
+            i += len(idx)
+            done += int(lens[idx].sum())
+            if time.time() - t0 > 30 or i >= len(order):
+                log(f"features: {done:,}/{int(offsets[-1]):,} positions, {done / (time.time() - t0):,.0f} pos/s")
+    finally:
+        for hd in handles:
+            hd.remove()
+    mm.flush()
+    del mm
+    os.replace(tmp, stem.with_suffix(".f16"))
+    if teacher_top_k:
+        _save_teacher(stem, teacher_top_k, seqs)
+    _write_npz(stem.with_name(stem.name + ".idx.npz"), keys=keys, rows=offsets[:-1])  # last: the segment is whole
+    return stem
+
+
+def _aux_hooks(model: torch.nn.Module, aux: tuple[int, ...], store: dict[int, torch.Tensor]) -> list:
+    """Hooks that put the residual stream entering layer j (j = 0: the embeddings) into ``store[j]``."""
+    handles = []
+    for j in aux:
+        mod = model.model.embed_tokens if j == 0 else model.model.layers[j - 1]
+
+        def hook(_m, _inp, out, j=j):
+            store[j] = out[0] if isinstance(out, tuple) else out
+        handles.append(mod.register_forward_hook(hook))
+    return handles
+
+
+def _write_npz(path: Path, **arrays: np.ndarray) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+    os.replace(tmp, path)
+
+
+def _save_teacher(stem: Path, top_k: int, seqs: list[Sequence]) -> None:
+    """Keep the segment's teacher targets beside its features (~200 B per answer position), so a run on the same
+    sequences skips the teacher pass too."""
+    _write_npz(stem.with_name(f"{stem.name}.teacher{top_k}.npz"),
+               rows=np.array([len(s.topk_ids) for s in seqs], np.int64),
+               topk_ids=np.concatenate([s.topk_ids for s in seqs]).astype(np.int32),
+               topk_logits=np.concatenate([s.topk_logits for s in seqs]).astype(np.float16),
+               lse=np.concatenate([s.lse for s in seqs]).astype(np.float32))
+
+
+def _load_teacher(stem: Path, top_k: int, hits: list[tuple[int, Sequence]]) -> bool:
+    """Fill the sequences of ``hits`` ((index in the segment, sequence)) from the segment's teacher file; False when
+    the segment has none for ``top_k``."""
+    path = stem.with_name(f"{stem.name}.teacher{top_k}.npz")
+    if not path.is_file():
+        return False
+    z = np.load(path)
+    off = np.concatenate([[0], np.cumsum(z["rows"])])
+    ids, logits, lse = z["topk_ids"], z["topk_logits"], z["lse"]
+    for j, s in hits:
+        a, b = off[j], off[j + 1]
+        s.topk_ids, s.topk_logits, s.lse = ids[a:b], logits[a:b], lse[a:b]
+    return True
+
+
+def aux_scale(store: FeatureStore, n_aux: int, rows: int = 20000, seed: int = 0) -> np.ndarray:
+    """[n_aux * hidden] per-feature multiplier that brings each aux layer to RMS 1 (the last layer's RMS is ~30 with
+    some dimensions near 900 against ~0.1 for early layers); folded into ``fc`` when the head is saved."""
+    x = store.sample(rows, seed).reshape(-1, n_aux, store.dim // n_aux)
+    rms = np.sqrt((x ** 2).mean(axis=(0, 2))) + 1e-6  # [n_aux]
+    return np.repeat(1.0 / rms, x.shape[2]).astype(np.float32)
