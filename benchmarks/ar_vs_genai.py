@@ -38,23 +38,12 @@ def worker(system: str, bundle: Path, threads: int, prompts: int, tokens: int) -
         def run(p: list[int]) -> int:
             return len(engine.generate(p, opts).token_ids)
     else:
-        import numpy as np
-        import onnxruntime_genai as og
+        from peers import genai_generate, genai_model
 
-        config = og.Config(str(bundle / "target"))
-        config.overlay(json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": threads}}}}))
-        model = og.Model(config)
+        model = genai_model(str(bundle / "target"), threads)
 
         def run(p: list[int]) -> int:
-            params = og.GeneratorParams(model)
-            params.set_search_options(max_length=len(p) + tokens, batch_size=1, do_sample=False)
-            gen = og.Generator(model, params)
-            gen.append_tokens(np.asarray([p], dtype=np.int32))
-            n = 0
-            while not gen.is_done():
-                gen.generate_next_token()
-                n += 1
-            return n
+            return len(genai_generate(model, p, tokens)[0])
     run(ids[0])
     best = 0.0
     for _ in range(2):

@@ -144,44 +144,62 @@ def untrim_drafter(graph: Path, id_map_path: Path, vocab: int, out: Path) -> Pat
     return out
 
 
-def _ort_genai_worker(spec: dict[str, Any]) -> dict[str, Any]:
-    import numpy as np
+def genai_model(path: str, threads: int | None = None, no_spin: bool = False, draft: bool = False) -> Any:
+    """An ``og.Model`` of the genai_config in ``path``, its sessions (and the draft's, with ``draft``) on ``threads``
+    intra-op threads (None: GenAI's default) and, with ``no_spin``, not spinning."""
     import onnxruntime_genai as og
 
-    baseline = rss_bytes()
-    k = spec.get("k")
-    config = og.Config(spec["model"])
+    config = og.Config(path)
     so: dict[str, Any] = {}
-    if spec.get("threads"):
-        so["intra_op_num_threads"] = int(spec["threads"])
-    if spec.get("no_spin"):  # unknown session_options keys become ORT session config entries
+    if threads:
+        so["intra_op_num_threads"] = int(threads)
+    if no_spin:  # unknown session_options keys become ORT session config entries
         so["session.intra_op.allow_spinning"] = "0"
     if so:
         so = {"session_options": so}
-        config.overlay(json.dumps({"model": {"decoder": so, **({"draft": so} if k else {})}}))
-    model = og.Model(config)
+        config.overlay(json.dumps({"model": {"decoder": so, **({"draft": so} if draft else {})}}))
+    return og.Model(config)
+
+
+def genai_generate(model: Any, ids: list[int], max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
+                   k: int | None = None, on_token: Any = None) -> tuple[list[int], Any]:
+    """GenAI's own C++ loop on one prompt: up to ``max_new_tokens`` tokens (greedy, or plain temperature sampling
+    seeded with ``seed``; with ``k``, its speculative mode drafting up to k tokens). ``on_token()`` is called after
+    each token. Returns the tokens and the generator (for its speculative stats)."""
+    import numpy as np
+    import onnxruntime_genai as og
+
+    params = og.GeneratorParams(model)
+    opts: dict[str, Any] = {"max_length": len(ids) + max_new_tokens, "batch_size": 1}
+    if temperature > 0:
+        # top_k=0 / top_p=1: plain temperature sampling, like the other systems (genai_config says top_k 50)
+        opts.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0, random_seed=seed)
+    else:
+        opts.update(do_sample=False)
+    params.set_search_options(**opts)
+    if k:
+        params.set_speculative_options(max_draft_tokens=int(k), min_adaptive_k=0)
+    gen = og.Generator(model, params)
+    gen.append_tokens(np.asarray([ids], dtype=np.int32))
+    out: list[int] = []
+    while not gen.is_done():
+        gen.generate_next_token()
+        if on_token is not None:
+            on_token()
+        out.append(int(gen.get_next_tokens()[0]))
+    return out, gen
+
+
+def _ort_genai_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    baseline = rss_bytes()
+    k = spec.get("k")
+    model = genai_model(spec["model"], spec.get("threads"), bool(spec.get("no_spin")), draft=bool(k))
     after_load = rss_bytes()
     temp = float(spec.get("temperature", 0.0))
     stats_acc: dict[str, float] = {}
 
     def one(ids: list[int], timer, seed: int):
-        params = og.GeneratorParams(model)
-        opts: dict[str, Any] = {"max_length": len(ids) + spec["max_new_tokens"], "batch_size": 1}
-        if temp > 0:
-            # top_k=0 / top_p=1: plain temperature sampling, like the other systems (genai_config says top_k 50)
-            opts.update(do_sample=True, temperature=temp, top_k=0, top_p=1.0, random_seed=seed)
-        else:
-            opts.update(do_sample=False)
-        params.set_search_options(**opts)
-        if k:
-            params.set_speculative_options(max_draft_tokens=int(k), min_adaptive_k=0)
-        gen = og.Generator(model, params)
-        gen.append_tokens(np.asarray([ids], dtype=np.int32))
-        out: list[int] = []
-        while not gen.is_done():
-            gen.generate_next_token()
-            timer.first()
-            out.append(int(gen.get_next_tokens()[0]))
+        out, gen = genai_generate(model, ids, spec["max_new_tokens"], temp, seed, k, timer.first)
         extra: dict[str, Any] = {}
         if k:
             st = gen.get_speculative_stats()
