@@ -44,8 +44,8 @@ def tiny_target(tmp_path_factory) -> Path:
 
 def _config(target: Path, out: Path, steps: int = 4, **kw) -> DistillConfig:
     return DistillConfig(target=target, out=out, seed=3, threads=1,
-                         data=DataConfig(batch=6, self_instruct=6, max_jobs=5, max_new_tokens=12, heldout_percent=30,
-                                         eval_prompts=4),
+                         data=DataConfig(batch=6, self_instruct=6, magpie=6, max_jobs=5, max_new_tokens=12,
+                                         heldout_percent=30, eval_prompts=4),
                          train=TrainConfig(steps=steps, batch_seqs=4, eval_every=2, **kw))
 
 
@@ -79,6 +79,36 @@ def test_same_seed_gives_identical_data_weights_and_report(tiny_target, tmp_path
     t = load_target(tiny_target)
     assert not torch.equal(wa["model.layers.0.self_attn.q_proj.weight"].float(),
                            t.model.model.layers[0].self_attn.q_proj.weight.half().float())
+
+
+def test_magpie_prompts_come_from_the_templates_user_prefix_and_join_the_pool(tiny_target, tmp_path):
+    """Magpie: the target is given its chat template up to a user message's text; what it writes there (ended by a
+    stop token, 12-400 characters) joins the prompt pool, except the benchmarks' held-apart prompts."""
+    from edge_spec.distill import data as D
+    from edge_spec.distill.prompts import HELD_APART
+    from edge_spec.distill.target import render
+
+    t = load_target(tiny_target)
+    prefix = D.magpie_prefix(t.tokenizer)
+    full = render(t.tokenizer, [{"role": "user", "content": "Hello there"}])
+    assert prefix and full[:len(prefix)] == prefix and len(full) > len(prefix) + 2
+    assert t.tokenizer.decode(full[len(prefix):]).startswith("Hello there")  # the user's text comes next
+    ids = [np.asarray(t.tokenizer.encode(q, add_special_tokens=False) + [t.stop_ids[0]], np.int32)
+           for q in ("How do I bake bread at home?", "Hi", "How do I bake bread at home?")]
+    ids.append(np.asarray(t.tokenizer.encode("An unfinished request that never", add_special_tokens=False), np.int32))
+    assert D.magpie_prompts(t.tokenizer, ids, t.stop_ids) == ["How do I bake bread at home?"]
+
+    out = tmp_path / "d"
+    distill(replace(_config(tiny_target, out, 1), data_only=True), _quiet)
+    mq = json.loads((out / "data" / "mq_00000.json").read_text())
+    assert mq["asked"] == 6 and isinstance(mq["prompts"], list)
+    (out / "data" / "mq_00001.json").write_text(json.dumps({"prompts": ["Plan a picnic for me.",
+                                                                        *sorted(HELD_APART)], "seconds": 0}))
+    pool = D._pool(replace(_config(tiny_target, out).data), out / "data")
+    assert "Plan a picnic for me." in pool and not HELD_APART & set(pool)
+    again = tmp_path / "again"  # seeded: the same messages
+    distill(replace(_config(tiny_target, again, 1), data_only=True), _quiet)
+    assert json.loads((again / "data" / "mq_00000.json").read_text())["prompts"] == mq["prompts"]
 
 
 def test_data_has_teacher_topk_consistent_with_the_answers(tiny_target, tmp_path):
@@ -153,7 +183,8 @@ def test_user_errors_are_one_sentence(tiny_target, tmp_path):
     with pytest.raises(EdgeSpecError, match="does not exist"):
         distill(_config(tmp_path / "missing", tmp_path / "x"), _quiet)
     distill(DistillConfig(target=tiny_target, out=tmp_path / "o", threads=1, data_only=True,
-                          data=DataConfig(batch=6, self_instruct=6, max_jobs=2, max_new_tokens=4, heldout_percent=30)),
+                          data=DataConfig(batch=6, self_instruct=6, magpie=6, max_jobs=2, max_new_tokens=4,
+                                          heldout_percent=30)),
             _quiet)
     with pytest.raises(EdgeSpecError, match="other settings"):
         distill(DistillConfig(target=tiny_target, out=tmp_path / "o", seed=5, threads=1, data_only=True), _quiet)
@@ -179,8 +210,8 @@ def test_time_budget_sets_the_step_count(tiny_target, tmp_path):
 
     out = tmp_path / "t"
     distill(DistillConfig(target=tiny_target, out=out, threads=1, data_only=True,
-                          data=DataConfig(batch=6, self_instruct=6, max_jobs=3, max_new_tokens=8, heldout_percent=30,
-                                          eval_prompts=2)), _quiet)
+                          data=DataConfig(batch=6, self_instruct=6, magpie=6, max_jobs=3, max_new_tokens=8,
+                                          heldout_percent=30, eval_prompts=2)), _quiet)
     shards = sorted(p for p in (out / "data").glob("*.npz") if p.name != "answers.npz")  # the ids-only copy
     train_seqs, held = load_sequences(shards)
     drafter = build_drafter(load_target(tiny_target).model, [0, 3])

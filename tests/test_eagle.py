@@ -191,7 +191,8 @@ def test_eagle_export_refuses_a_head_of_another_target(eagle_pair, tmp_path: Pat
 def _tiny_data():
     from edge_spec.distill.data import DataConfig
 
-    return DataConfig(batch=6, self_instruct=6, max_jobs=4, max_new_tokens=12, heldout_percent=30, eval_prompts=4)
+    return DataConfig(batch=6, self_instruct=6, magpie=6, max_jobs=4, max_new_tokens=12, heldout_percent=30,
+                      eval_prompts=4)
 
 
 @pytest.mark.slow

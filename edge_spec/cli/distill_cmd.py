@@ -26,6 +26,16 @@ def _positive(kind: type):
     return parse
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = command_parser(subparsers, "distill", help="train a drafter for a target (runs on CPU or CUDA)",
                        description="Generate text with the target, then train a small drafter (a few of the "
@@ -60,6 +70,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "x hidden bytes per position: 3.3 GB for SmolLM2 and 950k positions)")
     p.add_argument("--steps", type=_positive(int), metavar="N", help="exact training steps (reproducible)")
     p.add_argument("--data-jobs", type=_positive(int), metavar="N", help="exact number of generation batches")
+    p.add_argument("--magpie", type=_count, default=256, metavar="N",
+                   help="user messages the target writes itself from its chat template (Magpie), added to the "
+                        "prompt pool for chat-like variety (default 256; 0: none)")
     p.add_argument("--batch", type=_positive(int), default=64, metavar="N", help="generation batch (default 64)")
     p.add_argument("--data-only", action="store_true", help="stop after generating the training text")
     p.add_argument("--threads", type=_positive(int), metavar="N", help="torch CPU threads")
@@ -85,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
                         answers=tuple(args.data) if args.data else None, init_from=args.init_from,
                         features=args.features,
                         data_only=args.data_only, command="edge-spec " + shlex.join(sys.argv[1:]),
-                        data=dataclasses.replace(DataConfig(), batch=args.batch, max_jobs=args.data_jobs),
+                        data=dataclasses.replace(DataConfig(), batch=args.batch, max_jobs=args.data_jobs,
+                                                 magpie=args.magpie),
                         train=dataclasses.replace(TrainConfig(), steps=args.steps),
                         eagle=dataclasses.replace(EagleTrainConfig(), steps=args.steps))
 

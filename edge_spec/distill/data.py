@@ -8,6 +8,9 @@ distillation targets without a second pass.
 The work is a deterministic list of *jobs* (one batch of prompts each), written one shard per job:
 
 * ``si_NNNNN.npz``  self-instruct: the target writes new questions (they join the prompt pool);
+* ``mq_NNNNN.json`` Magpie (Xu et al., 2024): the target is given its chat template up to where a user's
+  message begins and writes the message itself — chat-like requests in the target's own distribution (they
+  join the pool; the user-turn text is not training text, the drafter drafts answers);
 * ``gen_NNNNN.npz`` answers to pool prompts at T = 0 / 0.7 / 1.0 in turn; every 4th job instead asks
   a follow-up question on the conversations of the job before it (multi-turn text).
 
@@ -52,6 +55,8 @@ class DataConfig:
     heldout_percent: int = 5
     self_instruct: int = 96  # self-instruct requests (0: none)
     self_instruct_tokens: int = 40
+    magpie: int = 256  # user messages the target writes from its template's user prefix (0: none)
+    magpie_tokens: int = 64
     max_jobs: int | None = None
     extra_prompts: tuple[str, ...] = ()
     eval_prompts: int = 48  # held-out prompts answered at T=0 and at T=0.7 for the evaluation shards
@@ -141,6 +146,48 @@ def _run_job(target: Target, cfg: DataConfig, path: Path, convs: list[dict], tem
     return seconds
 
 
+def magpie_prefix(tok) -> list[int] | None:
+    """Token ids of the chat template rendered up to where the first user message's text begins (the default
+    system prompt included, as ``Engine.chat`` renders it), or None when the template puts no text there."""
+    mark = "\u2063edge-spec\u2063"
+    try:
+        text = tok.apply_chat_template([{"role": "user", "content": mark}], tokenize=False,
+                                       add_generation_prompt=False)
+    except Exception:  # a template that needs more than one user message
+        return None
+    if not isinstance(text, str) or mark not in text:
+        return None
+    ids = tok(text[:text.index(mark)], add_special_tokens=False)["input_ids"]
+    return [int(i) for i in ids] or None
+
+
+def magpie_prompts(tok, answers: list[np.ndarray], stop_ids: tuple[int, ...]) -> list[str]:
+    """The usable user messages among sampled ones (each [n] ids): those that ended their turn with a stop token
+    and read as a request (12-400 characters), without repeats, in order."""
+    out = []
+    for a in answers:
+        if len(a) and int(a[-1]) in stop_ids:
+            q = tok.decode(a[:-1].tolist(), skip_special_tokens=True).strip()
+            if 12 <= len(q) <= 400:
+                out.append(q)
+    return list(dict.fromkeys(out))
+
+
+def _magpie_job(target: Target, prefix: list[int], n: int, cfg: DataConfig, path: Path, seed: int) -> float:
+    """``n`` user messages sampled (T = 1) after ``prefix``; the ones that end their turn within
+    ``cfg.magpie_tokens`` tokens and read as a request (12-400 characters) go to ``path``. Returns seconds."""
+    t0 = time.time()
+    tok = target.tokenizer
+    pad = tok.pad_token_id if tok.pad_token_id is not None else target.stop_ids[0]
+    results = generate(target.model, [prefix] * n, 1.0, cfg.magpie_tokens, target.stop_ids, 1, seed, pad)
+    out = magpie_prompts(tok, [r["answer"] for r in results], target.stop_ids)
+    seconds = time.time() - t0
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"prompts": out, "asked": n, "seconds": round(seconds, 2)}) + "\n")
+    os.replace(tmp, path)
+    return seconds
+
+
 def _user(text: str, cfg: DataConfig) -> dict:
     return {"messages": [{"role": "user", "content": text}], "heldout": P.is_heldout(text, cfg.heldout_percent)}
 
@@ -183,7 +230,20 @@ def generate_data(target: Target, cfg: DataConfig, data_dir: Path, seconds: floa
             spent += last[0]
             log(f"data: {path.name} written ({spent:.0f}s{of} of generation so far)")
         shards.append(path)
-    # 2. the pool: built-in + user + self-instruct prompts, one deterministic order.
+    # 2. Magpie: the target writes user messages (prompts only: not shards, not counted in max_jobs).
+    prefix = magpie_prefix(target.tokenizer) if cfg.magpie > 0 else None
+    if cfg.magpie > 0 and prefix is None:
+        log("data: the chat template has no user turn to start from; no Magpie prompts")
+    for j, i in enumerate(range(0, cfg.magpie if prefix is not None else 0, cfg.batch)):
+        path = data_dir / f"mq_{j:05d}.json"
+        if not path.exists():
+            if seconds is not None and spent + 0.8 * last[0] >= seconds:
+                break
+            last[0] = _magpie_job(target, prefix, min(cfg.batch, cfg.magpie - i), cfg, path,
+                                  cfg.seed * 1000003 + 7919 * j + 3)
+            spent += last[0]
+            log(f"data: {path.name} written ({spent:.0f}s{of} of generation so far)")
+    # 3. the pool: built-in + user + self-instruct + Magpie prompts, one deterministic order.
     pool = _pool(cfg, data_dir)
     cursor, j = 0, 0
     while not out_of_budget() and cursor < len(pool):
@@ -217,7 +277,10 @@ def _pool(cfg: DataConfig, data_dir: Path) -> list[str]:
             q = P.clean_self_instruct(conv["answer"])
             if q:
                 new_prompts.append(q)
-    pool = list(dict.fromkeys(P.builtin_prompts() + list(cfg.extra_prompts) + new_prompts))
+    for path in sorted(data_dir.glob("mq_*.json")):
+        new_prompts += json.loads(path.read_text())["prompts"]
+    pool = list(dict.fromkeys(P.builtin_prompts() + list(cfg.extra_prompts) +
+                              [q for q in new_prompts if q not in P.HELD_APART]))
     random.Random(cfg.seed + 1).shuffle(pool)
     return pool
 
