@@ -148,7 +148,7 @@ def _compute_segment(model: torch.nn.Module, seqs: list[Sequence], keys: np.ndar
     order = np.argsort(-lens, kind="stable")
     store: dict[int, torch.Tensor] = {}
     handles = _aux_hooks(model, aux, store)
-    t0, done = time.time(), 0
+    t0, done, shown = time.time(), 0, time.time()
     dev = next(model.parameters()).device
     try:
         i = 0
@@ -169,7 +169,8 @@ def _compute_segment(model: torch.nn.Module, seqs: list[Sequence], keys: np.ndar
                 mm[offsets[s]:offsets[s + 1]] = feats[r, :lens[s]]
             i += len(idx)
             done += int(lens[idx].sum())
-            if time.time() - t0 > 30 or i >= len(order):
+            if time.time() - shown > 30 or i >= len(order):  # a line every 30 s
+                shown = time.time()
                 log(f"features: {done:,}/{int(offsets[-1]):,} positions, {done / (time.time() - t0):,.0f} pos/s")
     finally:
         for hd in handles:

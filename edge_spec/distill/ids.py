@@ -115,7 +115,7 @@ def teacher_targets(model: torch.nn.Module, seqs: list[Sequence], top_k: int = 3
     one teacher-forced pass: row t = the target's distribution over ids[prompt_len + t] (as generation stored)."""
     order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i].ids))
     dev = next(model.parameters()).device
-    t0, done, total = time.time(), 0, sum(len(s.ids) for s in seqs)
+    t0, done, total, shown = time.time(), 0, sum(len(s.ids) for s in seqs), time.time()
     i = 0
     while i < len(order):
         width = len(seqs[order[i]].ids)
@@ -131,5 +131,6 @@ def teacher_targets(model: torch.nn.Module, seqs: list[Sequence], top_k: int = 3
             fill_teacher(model, seqs[s], hidden[r], top_k)
         i += len(idx)
         done += int(mask.sum())
-        if time.time() - t0 > 30 or i >= len(order):
+        if time.time() - shown > 30 or i >= len(order):  # a line every 30 s
+            shown = time.time()
             log(f"teacher: {done:,}/{total:,} positions, {done / max(time.time() - t0, 1e-9):,.0f} pos/s")
