@@ -33,12 +33,18 @@ def lookup_draft(tokens: np.ndarray, n: int, max_len: int, ngram_max: int = 3, n
     return tokens[:0]
 
 
+RELAX = 0.2  # how fast an untried depth's acceptance drifts back toward the depth before it (x ema)
+
+
 class DraftPolicy:
     """Chooses gamma for the next step.
 
     ``fixed`` set: always that gamma (bounded by the plan). Otherwise gamma maximises expected
-    tokens per second, E(g) / (g * t_draft + t_verify(g + 1)) with E(g) = (1 - a^(g+1)) / (1 - a),
-    against 1 / t_verify(1) for plain AR. Costs and acceptance are exponential moving averages
+    tokens per second, E(g) / (g * t_draft + t_verify(g + 1)) with E(g) = 1 + a_1 + a_1 a_2 + ...
+    + a_1 ... a_g, against 1 / t_verify(1) for plain AR, where a_d is the acceptance of the d-th draft
+    given the ones before it were accepted — learnt per depth, because it is not constant: a layer
+    drafter's rises with depth, a feature drafter's falls (a depth not yet tried takes the value of
+    the one before it). Costs and acceptance are exponential moving averages
     of what the loop measures; acceptance is per *drafted* token, so a step where the
     confidence threshold stopped the drafter before its first token does not count as a
     rejection (that would switch off a drafter whose confident drafts are nearly always right).
@@ -65,7 +71,10 @@ class DraftPolicy:
         self.probing = False
         self.ema = ema
         self.free_drafts = free_drafts  # prompt lookup: drafting costs ~nothing
-        self.alpha = 0.6  # optimistic start: speculate first, measure, then decide
+        # a_d, d = 1..max_gamma: acceptance of the d-th draft given d - 1 accepted (index 0 unused). Optimistic
+        # start: speculate first, measure, then decide.
+        self.accept = [0.6] * (max_gamma + 1)
+        self.tried = [False] * (max_gamma + 1)
         self.t_draft = 0.0  # seconds per drafter pass
         self.t_verify: list[float | None] = [None] * (max_gamma + 2)  # seconds of a k-token target pass
         self.steps_since_probe = 0
@@ -80,6 +89,11 @@ class DraftPolicy:
 
     def next_gamma(self) -> int:
         return self.choice
+
+    @property
+    def alpha(self) -> float:
+        """Acceptance of the first draft (the per-depth table's first entry)."""
+        return self.accept[1]
 
     def verify_cost(self, k: int) -> float:
         """Measured cost of a k-token pass, else extrapolated from the nearest measured one."""
@@ -106,8 +120,15 @@ class DraftPolicy:
         ``timed=False`` (the step also prefilled a prompt or caught a model up): its times are
         not step costs, so only acceptance and the re-probe countdown are updated."""
         e = self.ema
-        if gamma:
-            self.alpha = (1 - e) * self.alpha + e * (accepted / gamma)
+        seen = min(accepted + 1, gamma)  # depths tried: the accepted ones and the first rejected
+        for d in range(1, self.max_gamma + 1):
+            if d <= seen:
+                if not self.tried[d] and d > 1:  # first seen: start from what the depth before it has learnt
+                    self.accept[d] = self.accept[d - 1]
+                self.accept[d] = (1 - e) * self.accept[d] + e * (1.0 if d <= accepted else 0.0)
+                self.tried[d] = True
+            elif self.tried[d] and (gamma or d == 1):  # not seen: drift toward the depth before it, so a
+                self.accept[d] += RELAX * e * (self.accept[d - 1] - self.accept[d])  # low guess is retried
         if timed:
             self.observe(gamma + 1, t_verify)
             if drafter_passes or gamma:
@@ -161,13 +182,14 @@ class DraftPolicy:
     def _best(self) -> int:
         if self.t_verify[1] is None or (self.spec_steps == 0 and not self.free_drafts):
             return 0  # nothing measured yet: plain steps until the first probe has run
-        a = min(self.alpha, 0.999)
         t_draft = 0.0 if self.free_drafts else self.t_draft
         best, best_rate = 0, 1.0 / max(self.verify_cost(1), 1e-9)
-        expected, power = 1.0, 1.0
+        expected, power, a = 1.0, 1.0, self.accept[1]
         for g in range(1, self.max_gamma + 1):
-            power *= a
-            expected += power  # E(g) = 1 + a + ... + a^g
+            if self.tried[g]:
+                a = self.accept[g]
+            power *= min(a, 0.999)
+            expected += power  # E(g) = 1 + a_1 + a_1 a_2 + ... + a_1 ... a_g
             rate = expected / max(g * t_draft + self.verify_cost(g + 1), 1e-9)
             if rate > best_rate:
                 best, best_rate = g, rate
