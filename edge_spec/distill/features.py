@@ -111,11 +111,13 @@ def extract_features(model: torch.nn.Module, seqs: list[Sequence], aux: tuple[in
         if teacher_top_k and not _load_teacher(stems[-1], teacher_top_k, [(j, seqs[i]) for j, i in hits]):
             no_teacher += [i for _, i in hits]
     missing = np.flatnonzero(seg < 0)
-    if not shared:  # one run's directory: drop the segments this data does not use
+    if not shared:  # one run's directory: drop the segments this data does not use (and older releases' stores)
         for idx_path in _segments(out_dir, ns):
             if _stem(idx_path) not in stems:
                 for f in idx_path.parent.glob(_stem(idx_path).name + ".*"):
                     f.unlink()
+        for f in [*out_dir.glob("features_*.f16"), *out_dir.glob("features_*.npz"), *out_dir.glob("*.tmp")]:
+            f.unlink()
     if len(missing):
         log(f"features: {len(seqs) - len(missing):,} of {len(seqs):,} sequences kept from earlier runs; "
             f"computing {len(missing):,}")
