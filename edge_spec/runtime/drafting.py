@@ -127,8 +127,8 @@ class DraftPolicy:
                     self.accept[d] = self.accept[d - 1]
                 self.accept[d] = (1 - e) * self.accept[d] + e * (1.0 if d <= accepted else 0.0)
                 self.tried[d] = True
-            elif self.tried[d] and (gamma or d == 1):  # not seen: drift toward the depth before it, so a
-                self.accept[d] += RELAX * e * (self.accept[d - 1] - self.accept[d])  # low guess is retried
+            elif gamma and self.tried[d]:  # deeper than this step reached: drift toward the depth before it,
+                self.accept[d] += RELAX * e * (self.accept[d - 1] - self.accept[d])  # so a low guess is retried
         if timed:
             self.observe(gamma + 1, t_verify)
             if drafter_passes or gamma:
