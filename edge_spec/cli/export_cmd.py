@@ -32,7 +32,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                       "SmolLM2-135M demo about 1.5; larger models take longer (building, quantizing and calibrating "
                       "grow with the model).", 100),
         examples="""
-  edge-spec export --target SmolLM2-135M-Instruct.Q4_1.gguf --drafter models/smollm2-drafter --out bundles/smol
+  edge-spec export --target SmolLM2-135M-Instruct.Q4_1.gguf --drafter models/smollm2-eagle3 --out bundles/smol
   edge-spec export --target model.gguf --out bundles/alone      # no drafter yet: prompt-lookup drafts
   edge-spec export --target model.gguf --drafter my-eagle3-head --out bundles/fast   # from edge-spec distill
   edge-spec export --target models/demo/target --drafter models/demo/drafter --out bundles/demo
