@@ -34,7 +34,7 @@ DEMO_TARGET = SMOLLM2
 # (accuracy level 4: ~2x faster than fp32 activations, and as faithful to transformers fp32 on this file as
 # llama.cpp is: BENCHMARKS.md), and an fp16 KV cache (llama.cpp's default; half the memory).
 EXPORT_ARGS: tuple[str, ...] = ("--gguf-mode", "split", "--target-quant", "int4:4", "--kv-dtype", "fp16")
-EXPORT_TIME = "about 1.5 minutes on 2 CPU cores"  # measured: README states the same (a test checks)
+EXPORT_TIME = "about a minute on 2 CPU cores"  # measured: README states the same (a test checks)
 _HASHED = (".safetensors", ".json")  # the drafter's weights and config
 
 

@@ -29,7 +29,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             f"Architectures: GGUF files: {gguf_archs}; Hugging Face checkpoints (config.json 'architectures', "
             f"each ...ForCausalLM): {archs}.", 100) + "\n\n" +
         textwrap.fill("Time: the toy test pair (8.9M + 2.4M parameters) takes 1 to 1.5 minutes on 2 CPU cores, the "
-                      "SmolLM2-135M demo about 1.5; larger models take longer (building, quantizing and calibrating "
+                      "SmolLM2-135M demo about 1; larger models take longer (building, quantizing and calibrating "
                       "grow with the model).", 100),
         examples="""
   edge-spec export --target SmolLM2-135M-Instruct.Q4_1.gguf --drafter models/smollm2-eagle3 --out bundles/smol
