@@ -125,6 +125,12 @@ def _write_shard(path: Path, prompt_ids: list[list[int]], results: list[dict[str
     os.replace(tmp, path)  # the .npz appears last: its presence means the shard is complete
 
 
+def _pad_id(target: Target) -> int:
+    """The id generation pads prompts with: the tokenizer's pad token, else the first stop token."""
+    pad = target.tokenizer.pad_token_id
+    return pad if pad is not None else target.stop_ids[0]
+
+
 def _run_job(target: Target, cfg: DataConfig, path: Path, convs: list[dict], temp: float, max_new: int,
              seed: int) -> float:
     """Generate one shard for ``convs`` (each {"messages": [...], "heldout": bool}); return seconds spent."""
@@ -135,8 +141,8 @@ def _run_job(target: Target, cfg: DataConfig, path: Path, convs: list[dict], tem
         ids = render(tok, c["messages"])
         if len(ids) <= cfg.max_prompt_tokens:
             keep.append((c, ids))
-    pad = tok.pad_token_id if tok.pad_token_id is not None else target.stop_ids[0]
-    results = generate(target.model, [ids for _, ids in keep], temp, max_new, target.stop_ids, cfg.top_k, seed, pad)
+    results = generate(target.model, [ids for _, ids in keep], temp, max_new, target.stop_ids, cfg.top_k, seed,
+                       _pad_id(target))
     out_convs = []
     for (c, _), r in zip(keep, results):
         text = tok.decode(r["answer"].tolist(), skip_special_tokens=True)
@@ -177,10 +183,8 @@ def _magpie_job(target: Target, prefix: list[int], n: int, cfg: DataConfig, path
     """``n`` user messages sampled (T = 1) after ``prefix``; the ones that end their turn within
     ``cfg.magpie_tokens`` tokens and read as a request (12-400 characters) go to ``path``. Returns seconds."""
     t0 = time.time()
-    tok = target.tokenizer
-    pad = tok.pad_token_id if tok.pad_token_id is not None else target.stop_ids[0]
-    results = generate(target.model, [prefix] * n, 1.0, cfg.magpie_tokens, target.stop_ids, 1, seed, pad)
-    out = magpie_prompts(tok, [r["answer"] for r in results], target.stop_ids)
+    results = generate(target.model, [prefix] * n, 1.0, cfg.magpie_tokens, target.stop_ids, 1, seed, _pad_id(target))
+    out = magpie_prompts(target.tokenizer, [r["answer"] for r in results], target.stop_ids)
     seconds = time.time() - t0
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"prompts": out, "asked": n, "seconds": round(seconds, 2)}) + "\n")
@@ -212,9 +216,11 @@ def generate_data(target: Target, cfg: DataConfig, data_dir: Path, seconds: floa
     last = [0.0]  # seconds of the last job run here: a job that would overrun the budget is not started
     of = f" of {seconds:.0f}s budget" if seconds is not None else ""
 
+    def over_time() -> bool:
+        return seconds is not None and spent + 0.8 * last[0] >= seconds
+
     def out_of_budget() -> bool:
-        return (cfg.max_jobs is not None and len(shards) >= cfg.max_jobs) or \
-            (seconds is not None and spent + 0.8 * last[0] >= seconds)
+        return (cfg.max_jobs is not None and len(shards) >= cfg.max_jobs) or over_time()
 
     # 1. self-instruct: the target writes new prompts.
     requests = P.self_instruct_requests()
@@ -237,7 +243,7 @@ def generate_data(target: Target, cfg: DataConfig, data_dir: Path, seconds: floa
     for j, i in enumerate(range(0, cfg.magpie if prefix is not None else 0, cfg.batch)):
         path = data_dir / f"mq_{j:05d}.json"
         if not path.exists():
-            if seconds is not None and spent + 0.8 * last[0] >= seconds:
+            if over_time():
                 break
             last[0] = _magpie_job(target, prefix, min(cfg.batch, cfg.magpie - i), cfg, path,
                                   cfg.seed * 1000003 + 7919 * j + 3)

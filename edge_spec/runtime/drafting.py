@@ -90,11 +90,6 @@ class DraftPolicy:
     def next_gamma(self) -> int:
         return self.choice
 
-    @property
-    def alpha(self) -> float:
-        """Acceptance of the first draft (the per-depth table's first entry)."""
-        return self.accept[1]
-
     def verify_cost(self, k: int) -> float:
         """Measured cost of a k-token pass, else extrapolated from the nearest measured one."""
         t = self.t_verify[k]
@@ -121,14 +116,14 @@ class DraftPolicy:
         not step costs, so only acceptance and the re-probe countdown are updated."""
         e = self.ema
         seen = min(accepted + 1, gamma)  # depths tried: the accepted ones and the first rejected
-        for d in range(1, self.max_gamma + 1):
+        for d in range(1, self.max_gamma + 1 if gamma else 1):
             if d <= seen:
                 if not self.tried[d] and d > 1:  # first seen: start from what the depth before it has learnt
                     self.accept[d] = self.accept[d - 1]
                 self.accept[d] = (1 - e) * self.accept[d] + e * (1.0 if d <= accepted else 0.0)
                 self.tried[d] = True
-            elif gamma and self.tried[d]:  # deeper than this step reached: drift toward the depth before it,
-                self.accept[d] += RELAX * e * (self.accept[d - 1] - self.accept[d])  # so a low guess is retried
+            elif self.tried[d]:  # deeper than this step reached: drift toward the depth before it, so a low
+                self.accept[d] += RELAX * e * (self.accept[d - 1] - self.accept[d])  # guess is retried
         if timed:
             self.observe(gamma + 1, t_verify)
             if drafter_passes or gamma:
