@@ -19,6 +19,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
 from edge_spec.errors import ExportError  # noqa: E402
+from edge_spec.export import gguf_blocks as gb  # noqa: E402
 from edge_spec.export import gguf_quant as gq  # noqa: E402
 from edge_spec.export import gguf_split as gs  # noqa: E402
 
@@ -127,7 +128,7 @@ def test_integer_zero_point_option(tensors: dict, name: str) -> None:
     assert q.bits == 8 and q.zero_points is not None and q.zero_points.dtype == np.uint8
     got = ort_weight(q)
     assert bits_equal(got, gq.dequantize(q)) and q.max_abs_err == float(np.abs(got - ref).max())
-    codes = gq._codes(t)  # the block's step s and offset t: w = q*s - t
+    codes = gb.codes(t)  # the block's step s and offset t: w = q*s - t
     levels = 4 if name == "Q2_K" else 16
     natural = (codes.t >= 0) & (codes.t <= (levels - 1) * codes.scales)  # blocks whose range holds 0, as in real files
     bound = np.abs(codes.scales) / (128 if name == "Q2_K" else 32) * (1 + 1e-6)
@@ -156,7 +157,7 @@ def test_split_pieces_are_exact_through_ort(tensors: dict, name: str) -> None:
     base = sw.base
     assert base.bits == (8 if name in ("Q5_1", "Q5_K") else 4)  # integer zero points only: the fast kernels
     assert base.zero_points is None or base.zero_points.dtype == np.uint8
-    codes = gq._codes(t)  # w = q*s - t; the split is D = (q - z)*s, M = z*s - t for an integer z per block
+    codes = gb.codes(t)  # w = q*s - t; the split is D = (q - z)*s, M = z*s - t for an integer z per block
     s64, t64 = codes.scales.astype(np.float64), codes.t.astype(np.float64)
     d_ort = ort_weight(base).reshape(sw.n, -1, sw.block_size).astype(np.float64)  # D through ORT
     z = (codes.q.reshape(d_ort.shape)[..., :1] - d_ort[..., :1] / np.where(s64 == 0, 1, s64)[..., None])[..., 0]

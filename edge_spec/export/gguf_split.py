@@ -11,16 +11,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from edge_spec.export.gguf_quant import (
-    QuantWeight,
-    _Codes,
-    _codes,
-    _compare,
-    _pack_rows,
-    _reference,
-    dequantize,
-    from_gguf,
-)
+from edge_spec.export.gguf_blocks import Codes, codes, compare, reference
+from edge_spec.export.gguf_quant import QuantWeight, _pack_rows, dequantize, from_gguf
 
 
 @dataclass(frozen=True)
@@ -57,7 +49,7 @@ class SplitWeight:
         return self.base.block_size
 
 
-def _split_codes(c: _Codes, source_type: str) -> SplitWeight:
+def _split_codes(c: Codes, source_type: str) -> SplitWeight:
     """Float-offset codes -> SplitWeight; ``exact``/``max_abs_err`` are filled in by the caller.
 
     w = q*s + m is written as (q - z)*s + (m + z*s) with an integer z per block chosen to centre the codes
@@ -91,10 +83,10 @@ def _split_codes(c: _Codes, source_type: str) -> SplitWeight:
 def split_from_gguf(t: object) -> SplitWeight | QuantWeight | np.ndarray:
     """A gguf ``ReaderTensor`` of a linear weight [N, K] -> SplitWeight for float-offset types (Q4_1, Q4_K, Q2_K,
     Q5_1, Q5_K); integer-offset types come back as :func:`from_gguf` gives them, float types as float32 [N, K]."""
-    c = _codes(t)
+    c = codes(t)
     if isinstance(c, np.ndarray) or c.t is None:
         return from_gguf(t)
     sw = _split_codes(c, t.tensor_type.name)
-    ref = _reference(t)
-    exact, err = _compare(dequantize(sw), ref)
+    ref = reference(t)
+    exact, err = compare(dequantize(sw), ref)
     return replace(sw, exact=exact and sw.base.exact, max_abs_err=err)
