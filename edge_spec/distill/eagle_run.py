@@ -79,7 +79,8 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
         head, kept = prior, prior.draft_to_target.numpy()
         with torch.no_grad():  # the saved fc reads raw features; training feeds them scaled (fold_scale undone)
             head.fc.weight.div_(torch.from_numpy(scale)[None, :])
-        log(f"head: starting from {cfg.init_from}")
+        ecfg = dataclasses.replace(ecfg, lr=ecfg.continue_lr, warmup=ecfg.continue_warmup)
+        log(f"head: starting from {cfg.init_from} (peak learning rate {ecfg.lr:g} after {ecfg.warmup} steps)")
     covered = _coverage(held_seqs, kept)
     log(f"draft vocabulary: {len(kept):,} of {model.config.vocab_size:,} target tokens, covering {covered:.3%} of "
         "held-out answer tokens")

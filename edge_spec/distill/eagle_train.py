@@ -44,6 +44,10 @@ class EagleTrainConfig:
     max_len: int = 320
     lr: float = 5e-4
     warmup: int = 20
+    # continuing a trained head (--init-from): a fresh optimiser at the full rate undid ~300 steps of it (held-out
+    # 0.490 -> 0.475 at step 100, back only at step 300; BENCHMARKS.md), so a lower peak after a longer warm-up
+    continue_lr: float = 1.5e-4
+    continue_warmup: int = 100
     depth: int = 3  # training-time-test steps (the draft depths the runtime will use most)
     depth_decay: float = 0.8
     draft_vocab: int = 8192
@@ -51,6 +55,7 @@ class EagleTrainConfig:
     eval_depth: int = 4
     checkpoint_seconds: float = 300.0
     eval_batch: int = 16
+    eval_tokens: int = 24_000  # answer tokens of the held-out sequences evaluated during training (all at the end)
 
 
 # ---------------------------------------------------------------------------------------------- vocabulary, init
@@ -167,16 +172,25 @@ def _loss(head: Eagle3Head, outs: list, batch: dict[str, torch.Tensor], decay: f
 
 @torch.no_grad()
 def evaluate(head: Eagle3Head, embed: torch.nn.Module, held: list[Sequence], store: FeatureStore, base: int,
-             t2d: np.ndarray, scale: torch.Tensor, cfg: EagleTrainConfig) -> dict[str, list[float] | int]:
-    """Held-out greedy and T=0.7 acceptance at depths 1..eval_depth (see the module docstring)."""
+             t2d: np.ndarray, scale: torch.Tensor, cfg: EagleTrainConfig,
+             tokens: int | None = None) -> dict[str, list[float] | int]:
+    """Held-out greedy and T=0.7 acceptance at depths 1..eval_depth (see the module docstring).
+
+    ``tokens``: evaluate only a fixed seeded sample of held-out sequences holding about that many answer tokens
+    (every data file represented), so evaluations during training cost a fraction of the final one."""
+    order = np.arange(len(held))
+    if tokens is not None:
+        order = np.random.default_rng(1234).permutation(len(held))
+        answer = np.cumsum([len(held[i].ids) - held[i].prompt_len for i in order])
+        order = np.sort(order[:max(1, int(np.searchsorted(answer, tokens)) + 1)])
     head.eval()
     d2t = head.draft_to_target
     hit = np.zeros(cfg.eval_depth)
     hit_n = np.zeros(cfg.eval_depth)
     acc = np.zeros(cfg.eval_depth)
     acc_n = np.zeros(cfg.eval_depth)
-    for i in range(0, len(held), cfg.eval_batch):
-        idx = np.arange(i, min(i + cfg.eval_batch, len(held)))
+    for i in range(0, len(order), cfg.eval_batch):
+        idx = order[i:i + cfg.eval_batch]
         batch = _batch(held, idx, _Offset(store, base), t2d, cfg.max_len, embed, scale)
         outs = head.forward_chain(batch["e"], batch["f"], cfg.eval_depth)
         greedy = (batch["temp"] == 0)[:, None]
@@ -239,7 +253,7 @@ def train_head(head: Eagle3Head, embed: torch.nn.Module, train: list[Sequence], 
     done_here = 0
     eval_seconds = 0.0  # one held-out evaluation: the step count planned from the budget leaves room for them
     if not history:
-        history.append({"step": 0, **evaluate(head, embed, held, store, len(train), t2d, sc, cfg)})
+        history.append({"step": 0, **evaluate(head, embed, held, store, len(train), t2d, sc, cfg, cfg.eval_tokens)})
         eval_seconds = time.time() - t0
         log(f"train: step 0 {_fmt(history[-1])}")
     t_steps = time.time()  # the step rate is measured on training steps only
@@ -269,7 +283,7 @@ def train_head(head: Eagle3Head, embed: torch.nn.Module, train: list[Sequence], 
         if step % cfg.eval_every == 0 or step == planned:
             history.append({"step": step, "loss": round(loss.item(), 4),
                             "minutes": round((spent + time.time() - t0) / 60, 2),
-                            **evaluate(head, embed, held, store, len(train), t2d, sc, cfg)})
+                            **evaluate(head, embed, held, store, len(train), t2d, sc, cfg, cfg.eval_tokens)})
             log(f"train: step {step} {_fmt(history[-1])}")
         if time.time() - t_log > 30:
             t_log = time.time()
