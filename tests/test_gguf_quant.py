@@ -180,14 +180,14 @@ def test_split_pieces_are_exact_through_ort(tensors: dict, name: str) -> None:
 @pytest.mark.parametrize("name", ["Q4_1", "Q5_K"])
 def test_split_rows_fuse_exactly(tensors: dict, name: str) -> None:
     """q/k/v or gate/up as one node: concatenated SplitWeights give each part's outputs bit for bit."""
-    from edge_spec.export import onnx_graph
+    from edge_spec.export import weights
 
     sw = gs.split_from_gguf(tensors[name])
-    a, b = onnx_graph.take_rows(sw, np.arange(0, 16)), onnx_graph.take_rows(sw, np.arange(16, sw.n))
-    fused = onnx_graph.concat_rows([a, b])
+    a, b = weights.take_rows(sw, np.arange(0, 16)), weights.take_rows(sw, np.arange(16, sw.n))
+    fused = weights.concat_rows([a, b])
     assert isinstance(fused, gs.SplitWeight) and fused.n == sw.n and fused.exact
     assert bits_equal(gq.dequantize(fused), gq.dequantize(sw))
-    assert onnx_graph.concat_rows([a, gq.from_gguf(tensors["Q4_0"])]) is None  # different encodings stay apart
+    assert weights.concat_rows([a, gq.from_gguf(tensors["Q4_0"])]) is None  # different encodings stay apart
     x = np.random.default_rng(2).standard_normal((1, 3, sw.k)).astype(np.float32)
     # 8 bits below level 4 is ORT's dequantize-then-GEMM fallback, whose sums depend on N (export never uses it)
     for level in (1, 4) if sw.bits == 4 else (4,):

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from edge_spec.export.onnx_graph import Layer, take_rows
+from edge_spec.export.onnx_graph import Layer
+from edge_spec.export.weights import take_rows
 
 GEMMA_TYPES = ("gemma2", "gemma3", "gemma3_text")  # HF model_type (a GGUF-derived config says "gemma3")
 

@@ -20,16 +20,7 @@ from typing import Any
 
 import numpy as np
 
-Weight = Any  # gguf_quant.QuantWeight | np.ndarray float [N, K]
-
-
-def is_quant(w: Weight) -> bool:
-    return hasattr(w, "packed") and hasattr(w, "scales")
-
-
-def is_split(w: Weight) -> bool:
-    """A gguf_split.SplitWeight: integer-offset MatMulNBits ``base`` + per-block ``offsets`` [N, K / block]."""
-    return hasattr(w, "base") and hasattr(w, "offsets")
+from edge_spec.export.weights import Weight, concat_rows, is_quant, is_split
 
 
 @dataclass
@@ -90,57 +81,6 @@ class GraphSpec:
     # Residual streams to output as ``hidden_states`` [1, S, len * hidden] float16, for a drafter that reads the
     # target (EAGLE-3): id j = the input of layer j (0 = the embeddings, L = the last layer's output, pre-norm)
     feature_layers: tuple[int, ...] | None = None
-
-
-def take_rows(w: Weight, idx: np.ndarray) -> Weight:
-    """Rows ``idx`` of a [N, K] weight (output channels); exact for quantized weights, blocks run along K."""
-    idx = np.asarray(idx, dtype=np.int64)
-    if is_split(w):
-        return dataclasses.replace(w, base=take_rows(w.base, idx), offsets=np.ascontiguousarray(w.offsets[idx]))
-    if not is_quant(w):
-        return np.ascontiguousarray(w[idx])
-    zp = w.zero_points
-    if zp is not None:
-        zp = np.ascontiguousarray(zp.reshape(w.n, -1)[idx].reshape(-1))
-    return dataclasses.replace(w, n=len(idx), packed=np.ascontiguousarray(w.packed[idx]),
-                               scales=np.ascontiguousarray(w.scales.reshape(w.n, -1)[idx].reshape(-1)),
-                               zero_points=zp)
-
-
-def unpermute_qk(w: Weight, n_heads: int) -> Weight:
-    """Undo llama.cpp's q/k row permutation (interleaved-rope order -> HF's half-split order)."""
-    n = w.n if is_quant(w) or is_split(w) else w.shape[0]
-    idx = np.arange(n).reshape(n_heads, n // n_heads // 2, 2).transpose(0, 2, 1).reshape(-1)
-    return take_rows(w, idx)
-
-
-def unpermute_vec(b: np.ndarray, n_heads: int) -> np.ndarray:
-    n = b.shape[0]
-    return np.ascontiguousarray(b.reshape(n_heads, n // n_heads // 2, 2).transpose(0, 2, 1).reshape(-1))
-
-
-def concat_rows(ws: list[Weight]) -> Weight | None:
-    """Stack weights along N (q, k, v -> qkv) when they share one encoding; None when they do not."""
-    if any(is_split(w) for w in ws):
-        base = concat_rows([w.base for w in ws]) if all(is_split(w) for w in ws) else None
-        if base is None:
-            return None
-        return dataclasses.replace(ws[0], base=base, offsets=np.concatenate([w.offsets for w in ws]),
-                                   exact=all(w.exact for w in ws), max_abs_err=max(w.max_abs_err for w in ws),
-                                   source_type=base.source_type)
-    if all(not is_quant(w) for w in ws):
-        return np.concatenate([np.asarray(w, dtype=np.float32) for w in ws], axis=0)
-    if not all(is_quant(w) for w in ws):
-        return None
-    a = ws[0]
-    kinds = {(w.bits, w.block_size, w.k, None if w.zero_points is None else w.zero_points.dtype.str) for w in ws}
-    if len(kinds) != 1:
-        return None
-    zp = None if a.zero_points is None else np.concatenate([w.zero_points.reshape(-1) for w in ws])
-    return dataclasses.replace(a, n=sum(w.n for w in ws), packed=np.concatenate([w.packed for w in ws]),
-                               scales=np.concatenate([w.scales.reshape(-1) for w in ws]), zero_points=zp,
-                               exact=all(w.exact for w in ws), max_abs_err=max(w.max_abs_err for w in ws),
-                               source_type="+".join(sorted({w.source_type for w in ws})))
 
 
 def rope_caches(spec: GraphSpec) -> tuple[np.ndarray, np.ndarray]:
