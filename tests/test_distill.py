@@ -443,3 +443,31 @@ def test_builtin_prompts_are_distinct_deterministic_and_keep_the_benchmark_promp
     assert pool == builtin_prompts() and len(set(pool)) == len(pool) > 3000
     assert not set(CHAT_PROMPTS) & set(pool)
     assert all("{" not in p for p in pool)  # every template filled
+
+
+def test_precision_bf16_trains_under_autocast_and_auto_follows_the_cpu(tiny_target, tmp_path, monkeypatch):
+    """--precision bf16 runs the training steps' matmuls in bfloat16 (the weights differ from an fp32 run's, the
+    reports and cards say which); auto picks bf16 only where the CPU multiplies it natively; a bad value is one
+    sentence."""
+    from edge_spec.distill import run as run_mod
+
+    first = tmp_path / "fp32"
+    base = distill(replace(_eagle(tiny_target, first, steps=2), precision="fp32"), _quiet)
+    for kind, cfg in (("eagle3", _eagle(tiny_target, tmp_path / "bf16", steps=2)),
+                      ("layers", _config(tiny_target, tmp_path / "layers-bf16", 2))):
+        cfg = replace(cfg, precision="bf16", answers=first / "data" / "answers.npz")
+        report = distill(cfg, _quiet)
+        assert report["precision"] == "bf16", kind
+        assert "bf16 matmuls" in (cfg.out / "MODEL_CARD.md").read_text(), kind
+    assert base["precision"] == "fp32" and "bf16" not in (first / "MODEL_CARD.md").read_text()
+    same_data = distill(replace(_eagle(tiny_target, tmp_path / "fp32-again", steps=2), precision="fp32",
+                                answers=first / "data" / "answers.npz"), _quiet)
+    assert same_data["precision"] == "fp32"
+    wa, wb = _weights(tmp_path / "fp32-again"), _weights(tmp_path / "bf16")
+    assert any(not torch.equal(wa[k], wb[k]) for k in wa if k.startswith("midlayer")), "bf16 autocast was not applied"
+    monkeypatch.setattr(run_mod, "cpu_has_bf16", lambda: True)
+    assert run_mod.train_precision("auto", "cpu") == "bf16" and run_mod.train_precision("auto", "cuda") == "fp32"
+    monkeypatch.setattr(run_mod, "cpu_has_bf16", lambda: False)
+    assert run_mod.train_precision("auto", "cpu") == "fp32" and run_mod.train_precision("bf16", "cpu") == "bf16"
+    with pytest.raises(EdgeSpecError, match="--precision 'fp8' is not known"):
+        run_mod.train_precision("fp8", "cpu")

@@ -29,7 +29,7 @@ def render_card(report: dict, command: str | None = None) -> str:
         f"prompts, {data['heldout_tokens']:,} tokens.",
         f"* Training: {tr['steps']} steps of {tr['config']['batch_seqs']} sequences, top-k forward KL, lr "
         f"{tr['config']['lr']}, {tr['seconds'] / 60:.1f} min on {report['device']} ({report['threads']} "
-        f"thread(s)), seed {report['seed']}, torch {report['torch']}.",
+        f"thread(s){_bf16(report)}), seed {report['seed']}, torch {report['torch']}.",
         "",
         "## Held-out numbers (torch, against the target in fp32 (a GGUF dequantized); drafter weights in fp16)",
         "",
@@ -80,7 +80,8 @@ def render_eagle_card(report: dict, command: str | None = None) -> str:
         "min (teacher-forced passes).",
         f"* Training: {tr['steps']} steps of {tr['config']['batch_seqs']} sequences, training-time test over "
         f"{tr['config']['depth']} draft steps, top-k forward KL, lr {tr['config']['lr']}, {tr['seconds'] / 60:.1f} min "
-        f"on {report['device']} ({report['threads']} thread(s)), seed {report['seed']}, torch {report['torch']}.",
+        f"on {report['device']} ({report['threads']} thread(s){_bf16(report)}), seed {report['seed']}, torch "
+        f"{report['torch']}.",
         *_continued(report),
         "",
         "## Held-out acceptance (torch, fp16 head against the fp32 target; each depth given the earlier drafts right)",
@@ -120,3 +121,8 @@ def _continued(report: dict) -> list[str]:
     tokens = f" on {prior['train_tokens']:,} tokens" if prior.get("train_tokens") else ""
     return [f"* Continued from `{prior['path']}` ({prior.get('steps')} steps{minutes}{tokens}); \"before training\" "
             "below is that head."]
+
+
+def _bf16(report: dict) -> str:
+    """", bf16 matmuls" for a run trained under bfloat16 autocast (older reports have no precision: fp32)."""
+    return ", bf16 matmuls" if report.get("precision") == "bf16" else ""

@@ -98,7 +98,8 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
         "features_seconds": round(feature_seconds, 1),
         "init_from": _prior_summary(cfg.init_from) if cfg.init_from else None,
         "train": result,
-        "seed": cfg.seed, "device": cfg.device, "torch": torch.__version__, "python": platform.python_version(),
+        "seed": cfg.seed, "device": cfg.device, "precision": "bf16" if cfg.eagle.bf16 else "fp32",
+        "torch": torch.__version__, "python": platform.python_version(),
         "threads": torch.get_num_threads(),
     }
     save_head(head, cfg.out, extra={"edge_spec_drafter": {

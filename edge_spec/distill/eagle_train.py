@@ -55,6 +55,7 @@ class EagleTrainConfig:
     eval_depth: int = 4
     checkpoint_seconds: float = 300.0
     eval_batch: int = 16
+    bf16: bool = False  # training steps' matmuls under bfloat16 autocast (run.train_precision); evaluations fp32
     eval_tokens: int = 24_000  # answer tokens of the held-out sequences evaluated during training (all at the end)
 
 
@@ -272,8 +273,9 @@ def train_head(head: Eagle3Head, embed: torch.nn.Module, train: list[Sequence], 
         batch = _batch(train, idx, store, t2d, cfg.max_len, embed, sc)
         for g in opt.param_groups:
             g["lr"] = _lr(cfg, step, planned or 1000)
-        loss = _loss(head, head.forward_chain(batch["e"], batch["f"], cfg.depth, with_logits=False), batch,
-                     cfg.depth_decay)
+        with torch.autocast(head.fc.weight.device.type, torch.bfloat16, enabled=cfg.bf16):
+            loss = _loss(head, head.forward_chain(batch["e"], batch["f"], cfg.depth, with_logits=False), batch,
+                         cfg.depth_decay)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

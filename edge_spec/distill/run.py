@@ -42,6 +42,7 @@ class DistillConfig:
     init_from: Path | None = None  # eagle3: start from this saved head (its vocabulary and weights)
     features: Path | None = None  # eagle3: keep and reuse the target's features here (default out/features)
     threads: int | None = None
+    precision: str = "auto"  # the drafter's training matmuls: auto | fp32 | bf16 (see train_precision)
     data_only: bool = False
     command: str | None = None  # how this run was started, for the model card
     data: DataConfig = field(default_factory=DataConfig)
@@ -83,9 +84,35 @@ def check_marker(marker: Path, meta: dict, out: Path) -> None:
         marker.write_text(json.dumps(meta, indent=2) + "\n")
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX-BF16 in /proc/cpuinfo's flags)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:  # not Linux: no way to tell cheaply, so no
+        return False
+    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def train_precision(precision: str, device: str) -> str:
+    """``bf16`` (matmuls under bfloat16 autocast; weights, optimiser and loss stay float32) or ``fp32``.
+
+    ``auto``: bf16 on a CPU that multiplies bfloat16 natively (a training step of the SmolLM2 head ran 1.9x faster,
+    BENCHMARKS.md), fp32 elsewhere (a CPU without it would emulate bf16 slowly; GPUs keep today's fp32).
+    Only the drafter's training steps change: generation, the teacher, features and evaluations stay float32."""
+    if precision not in ("auto", "fp32", "bf16"):
+        raise EdgeSpecError(f"--precision '{precision}' is not known; use auto, fp32 or bf16.")
+    if precision != "auto":
+        return precision
+    return "bf16" if device == "cpu" and cpu_has_bf16() else "fp32"
+
+
 def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
     """Run (or resume) a distillation; return the report also written to DRAFTER_DIR/training.json."""
     device = check_device(cfg.device)
+    precision = train_precision(cfg.precision, device)
+    cfg = replace(cfg, train=replace(cfg.train, bf16=precision == "bf16"),
+                  eagle=replace(cfg.eagle, bf16=precision == "bf16"))
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -173,6 +200,7 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
         "train": result,
         "seed": cfg.seed,
         "device": device,
+        "precision": precision,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "threads": torch.get_num_threads(),

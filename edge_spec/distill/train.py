@@ -45,6 +45,7 @@ class TrainConfig:
     eval_every: int = 50
     checkpoint_seconds: float = 300.0
     eval_batch: int = 16
+    bf16: bool = False  # training steps' matmuls under bfloat16 autocast (run.train_precision)
 
 
 def _batch(seqs: list[Sequence], max_len: int) -> dict[str, torch.Tensor]:
@@ -164,7 +165,8 @@ def train(drafter: torch.nn.Module, train_seqs: list[Sequence], held: list[Seque
         batch = _batch([train_seqs[i] for i in order], cfg.max_len)
         for g in opt.param_groups:
             g["lr"] = _lr(cfg, step, planned or 1000)
-        loss = _kd_loss(_answer_logits(drafter, batch), batch, cfg.ce_weight)
+        with torch.autocast(next(drafter.parameters()).device.type, torch.bfloat16, enabled=cfg.bf16):
+            loss = _kd_loss(_answer_logits(drafter, batch), batch, cfg.ce_weight)
         loss.backward()
         loss_value = loss.item()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
