@@ -15,23 +15,18 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from edge_spec import __version__
 from edge_spec.bundle import (
     Manifest,
-    ModelSpec,
-    Quantization,
-    SharedInitializer,
     SourceModel,
     TokenizerSpec,
     VocabTrim,
-    kv_bytes_per_token,
     write_manifest,
 )
 from edge_spec.errors import EdgeSpecError, ExportError
@@ -40,7 +35,6 @@ from edge_spec.export import (
     calibrate,
     eagle_graph,
     invariance,
-    measure,
     own_build,
     tokenizer_check,
     vocab_trim,
@@ -48,6 +42,7 @@ from edge_spec.export import (
 from edge_spec.export import gguf as gguf_src
 from edge_spec.export.bundle_tokenizer import TOKENIZER_FILES, recommended_sampling, write_tokenizers
 from edge_spec.export.destination import finish, prepare_destination
+from edge_spec.export.model_spec import head_size, model_spec
 
 DEFAULT_MAX_CONTEXT_CAP = 4096  # default max_context = min(checkpoint's positions, this)
 
@@ -243,7 +238,7 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint |
         graphs["drafter"], trim = _build_eagle(tmp, d_ckpt, opts, max_ctx, graphs["target"], tok_dir, tok_spec,
                                                prompts, say)
     elif opts.trim_vocab is not None and d_ckpt is not None:
-        counts = _calibration_counts(graphs["target"], _head_size(t_cfg), tok_dir, tok_spec, prompts, say)
+        counts = _calibration_counts(graphs["target"], head_size(t_cfg), tok_dir, tok_spec, prompts, say)
         with _timed(say, "trim", f"drafter vocabulary ({opts.trim_vocab})"):
             keep = tuple(tok_spec.special_token_ids) + tuple(tok_spec.stop_token_ids)
             kept = vocab_trim.choose_kept(counts, opts.trim_vocab, keep, opts.trim_share)
@@ -275,9 +270,10 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint |
     for role, ckpt, q in roles:
         with _timed(say, "measure", f"{role} load and workspace memory"
                     + (" (next to the loaded target, as the runtime loads it)" if role == "drafter" else "")):
-            beside = (tmp / "target" / "model.onnx", _head_size(t_cfg)) if role == "drafter" else None
-            specs[role] = _model_spec(tmp, role, ckpt, q, opts, max_ctx, int(t_cfg["vocab_size"]),
-                                      shared=shared_inits, beside=beside, features=features)
+            beside = (tmp / "target" / "model.onnx", head_size(t_cfg)) if role == "drafter" else None
+            level = q.accuracy_level if q.accuracy_level is not None else default_level(role, ckpt)
+            specs[role] = model_spec(tmp, role, ckpt, q, level, opts, max_ctx, int(t_cfg["vocab_size"]),
+                                     shared=shared_inits, beside=beside, features=features)
     with _timed(say, "measure", "target batch invariance (k-token passes vs 1-token steps, bit for bit)"):
         rows = invariance.batch_invariant_rows(tmp / specs["target"].graph, specs["target"])
         specs["target"] = replace(specs["target"], batch_invariant_rows=rows)
@@ -334,7 +330,7 @@ def _build_eagle(tmp: Path, src: own_build.Source, opts: ExportOptions, max_ctx:
         "exact, the target verifies them); the embedding is the target's")
     coverage, tokens = 0.0, 0
     if opts.trim_vocab is not None:
-        counts = _calibration_counts(target_graph, _head_size(src.gguf.config), tok_dir, tok_spec, prompts, say)
+        counts = _calibration_counts(target_graph, head_size(src.gguf.config), tok_dir, tok_spec, prompts, say)
         tokens = int(counts.sum())
         coverage = float(counts[ids].sum() / max(tokens, 1))
     np.save(tmp / "drafter" / "id_map.npy", ids.astype(np.int32))
@@ -390,81 +386,10 @@ def _sha(src: Source) -> str:
     return src.sha256 if isinstance(src, own_build.Source) else checkpoint_sha256(src.path)
 
 
-def _head_size(cfg: dict) -> int:
-    return int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
-
-
 def _fix_genai_config(path: Path, max_ctx: int) -> None:
     cfg = json.loads(path.read_text(encoding="utf-8"))
     cfg.setdefault("search", {})["max_length"] = max_ctx  # the KV buffer ORT GenAI preallocates
     path.write_text(json.dumps(cfg, indent=4) + "\n", encoding="utf-8")
-
-
-def _model_spec(root: Path, role: str, ckpt: build.Checkpoint, q: Quant, opts: ExportOptions, max_ctx: int,
-                full_vocab: int, shared: list[SharedInitializer] | None = None,
-                beside: tuple[Path, int] | None = None, features: tuple[int, ...] | None = None) -> ModelSpec:
-    """The manifest entry of ``root/role/model.onnx``. ``features``: the aux layers of an EAGLE-3 pair (the target
-    outputs them as ``hidden_states``, the drafter reads them as ``target_hidden``)."""
-    import onnx
-
-    cfg = ckpt.config
-    graph = root / role / "model.onnx"
-    proto = onnx.load(str(graph), load_external_data=False)
-    past = next(i for i in proto.graph.input if i.name.startswith("past_key_values."))
-    logits = next(o for o in proto.graph.output if o.name == "logits")
-    io_dtype = "float16" if logits.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 else "float32"
-    kv_dtype = "float16" if past.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 else "float32"
-    kv_field = None if kv_dtype == io_dtype else kv_dtype  # absent when equal: older readers see the same manifest
-    vocab = logits.type.tensor_type.shape.dim[-1].dim_value or int(cfg["vocab_size"])
-    layers, kv_heads, head = int(cfg["num_hidden_layers"]), int(cfg.get("num_key_value_heads")
-                                                                 or cfg["num_attention_heads"]), _head_size(cfg)
-    data = [p for p in sorted((root / role).iterdir()) if p.name.endswith(".data")]
-    # the drafter reads the shared embedding through the target's mapping: count its pages once, with the target
-    gather = measure.gather_table_bytes(proto, skip={t.name for t in shared or []} if role == "drafter" else set())
-    if opts.measure_memory:
-        mem = measure.measure_memory(graph, max_ctx, head, shared=[asdict(t) for t in shared or []], root=root,
-                                     beside=beside)
-    else:
-        mem = {"load_bytes": 0, "workspace_bytes": {1: 0}}
-    quantized = q.precision in ("int4", "int8")
-    level = q.accuracy_level if q.accuracy_level is not None else default_level(role, ckpt)
-    quant = Quantization(precision=q.precision, block_size=opts.block_size if quantized else None,
-                         accuracy_level=level if quantized else None, io_dtype=io_dtype, kv_dtype=kv_field)
-    tensors: list[dict[str, Any]] = []
-    if isinstance(ckpt, own_build.Source):
-        tensors = ckpt.report
-        if ckpt.kind == "gguf":  # the file's own precision, not the --quant option
-            prec, block = own_build.precision_of(tensors)
-            quant = Quantization(precision=prec, block_size=block, accuracy_level=level, io_dtype=io_dtype,
-                                 kv_dtype=kv_field)
-    genai = root / role / "genai_config.json"
-    inputs = {"input_ids": "input_ids", "attention_mask": "attention_mask",
-              "past_key": "past_key_values.%d.key", "past_value": "past_key_values.%d.value"}
-    outputs = {"logits": "logits", "present_key": "present.%d.key", "present_value": "present.%d.value"}
-    outs = {o.name: o for o in proto.graph.output}
-    extra: dict[str, Any] = {}
-    if "hidden_states" in outs:
-        outputs["hidden_states"] = "hidden_states"
-        extra = {"feature_layers": list(features or ()),
-                 "feature_dim": outs["hidden_states"].type.tensor_type.shape.dim[-1].dim_value}
-    if any(i.name == "target_hidden" for i in proto.graph.input):
-        inputs.update(target_hidden="target_hidden", prev_hidden="prev_hidden")
-        outputs["hidden_out"] = "hidden_out"
-        extra = {"kind": "eagle3", "feature_layers": list(features or ()), "feature_dim": int(cfg["feature_dim"])}
-    return ModelSpec(
-        graph=f"{role}/model.onnx", data_files=tuple(f"{role}/{p.name}" for p in data),
-        architecture=ckpt.architecture, quantization=quant, num_layers=layers,
-        num_attention_heads=int(cfg["num_attention_heads"]), num_kv_heads=kv_heads, head_size=head,
-        hidden_size=int(cfg["hidden_size"]), vocab_size=int(vocab), full_vocab_size=int(full_vocab),
-        max_context=max_ctx, weight_bytes=sum(p.stat().st_size for p in [graph, *data]),
-        load_bytes=int(mem["load_bytes"]),
-        load_peak_bytes=int(mem["load_peak_bytes"]) if "load_peak_bytes" in mem else None, gather_bytes=gather,
-        kv_bytes_per_token=kv_bytes_per_token(layers, kv_heads, head, kv_dtype),
-        workspace_bytes=dict(mem["workspace_bytes"]),
-        input_names=inputs, output_names=outputs,
-        genai_config=f"{role}/genai_config.json" if genai.is_file() else None,
-        tensors=tensors, **extra,
-    )
 
 
 __all__ = ["ExportOptions", "Quant", "export_bundle", "checkpoint_sha256", "EdgeSpecError"]
