@@ -84,6 +84,10 @@ def run_systems(args: argparse.Namespace, ids: list[list[int]]) -> tuple[dict[st
     common = {"tokens": args.tokens, "repeats": args.repeats, "threads": args.threads}
     ort_dirs = {k: bundle_composite(args.bundle, args.work / f"ort_composite_k{k}", k) for k in args.ort_k}
     ort_reason = next((d for d in ort_dirs.values() if isinstance(d, str)), None)
+    drafter = json.loads((args.bundle / "edge_spec.json").read_text()).get("drafter") or {}
+    # GenAI's speculative mode runs a standalone draft model; a head that reads the target's features is not one
+    spec_reason = ("not applicable: ORT GenAI drafts with a standalone model, and this bundle's drafter is an EAGLE-3 "
+                   "head that reads the target's hidden states") if drafter.get("kind") == "eagle3" else None
     rows: dict[str, dict[str, Any]] = {}
 
     def row(name: str, fn, *a: Any, **kw: Any) -> None:
@@ -116,6 +120,9 @@ def run_systems(args: argparse.Namespace, ids: list[list[int]]) -> tuple[dict[st
             ks = args.ort_k if temp == 0 else [max(args.ort_k, key=lambda k: rows.get(
                 f"ORT GenAI speculative k={k} greedy", {}).get("tokens_per_s") or 0)]
             for k in ks:
+                if spec_reason:
+                    rows[f"ORT GenAI speculative k={k} {tag}"] = {"refused": spec_reason}
+                    continue
                 row(f"ORT GenAI speculative k={k} {tag}", ort_genai, ort_dirs[k][1], ids, temperature=temp, k=k,
                     spin=args.ort_spin, **common)
     return rows, ort_reason
