@@ -471,3 +471,33 @@ def test_precision_bf16_trains_under_autocast_and_auto_follows_the_cpu(tiny_targ
     assert run_mod.train_precision("auto", "cpu") == "fp32" and run_mod.train_precision("bf16", "cpu") == "bf16"
     with pytest.raises(EdgeSpecError, match="--precision 'fp8' is not known"):
         run_mod.train_precision("fp8", "cpu")
+
+
+def test_bf16_generation_runs_the_decoder_in_bfloat16_and_the_head_in_float32(tiny_target, tmp_path):
+    """--precision bf16 also covers generation: the decoder's matmuls in bfloat16, the LM head (the teacher's
+    logits kept with the text) in float32, the head's own forward restored afterwards; each shard says how it
+    was written."""
+    from edge_spec.distill.data import generate
+
+    t = load_target(tiny_target)
+    seen: dict[str, set] = {"layer": set(), "head": set()}
+    hooks = [t.model.model.layers[0].mlp.down_proj.register_forward_hook(lambda m, i, o: seen["layer"].add(o.dtype)),
+             t.model.lm_head.register_forward_hook(lambda m, i, o: seen["head"].add(o.dtype))]
+    prompts = [[5, 6, 7, 8], [9, 10]]
+    fast = generate(t.model, prompts, 0.0, 6, t.stop_ids, 4, 0, 0, bf16=True)
+    assert seen == {"layer": {torch.bfloat16}, "head": {torch.float32}}
+    assert "forward" not in vars(t.model.lm_head)  # the class's forward again
+    seen = {"layer": set(), "head": set()}
+    ref = generate(t.model, prompts, 0.0, 6, t.stop_ids, 4, 0, 0)
+    assert seen == {"layer": {torch.float32}, "head": {torch.float32}}
+    for h in hooks:
+        h.remove()
+    for a, b in zip(fast, ref):
+        assert a["topk_logits"].shape == (len(a["answer"]), 4) and a["lse"].shape == (len(a["answer"]), 2)
+        assert a["lse"].dtype == b["lse"].dtype == np.float32
+
+    for precision in ("bf16", "fp32"):
+        out = tmp_path / precision
+        distill(replace(_config(tiny_target, out), precision=precision, data_only=True), _quiet)
+        sides = [json.loads(p.read_text()) for p in sorted((out / "data").glob("gen_*.json"))]
+        assert sides and {s["precision"] for s in sides} == {precision}

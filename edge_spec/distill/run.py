@@ -99,7 +99,8 @@ def train_precision(precision: str, device: str) -> str:
 
     ``auto``: bf16 on a CPU that multiplies bfloat16 natively (a training step of the SmolLM2 head ran 1.9x faster,
     BENCHMARKS.md), fp32 elsewhere (a CPU without it would emulate bf16 slowly; GPUs keep today's fp32).
-    Only the drafter's training steps change: generation, the teacher, features and evaluations stay float32."""
+    It applies to the drafter's training steps and to the target's generation passes (``data.bf16_body``: ~1.6x
+    the tokens per second, its LM head in fp32); the teacher, features and evaluations stay float32."""
     if precision not in ("auto", "fp32", "bf16"):
         raise EdgeSpecError(f"--precision '{precision}' is not known; use auto, fp32 or bf16.")
     if precision != "auto":
@@ -116,7 +117,7 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
-    data_cfg = replace(cfg.data, seed=cfg.seed)
+    data_cfg = replace(cfg.data, seed=cfg.seed, bf16=precision == "bf16")
     if cfg.prompts_file is not None:
         data_cfg = replace(data_cfg, extra_prompts=tuple(read_prompt_file(Path(cfg.prompts_file))))
     log(f"target: loading {cfg.target}")
@@ -135,7 +136,8 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
         raise EdgeSpecError(f"layers_from {layers_from} names a layer the target lacks; use 0 to {n_target - 1}.")
     meta = {"target_sha256": target.sha256, "seed": cfg.seed,
             "data": {k: v for k, v in asdict(data_cfg).items()
-                     if k not in ("extra_prompts", "max_jobs", "eval_prompts")},  # these do not change the shards
+                     # these do not change which shards are written (each shard's sidecar records its precision)
+                     if k not in ("extra_prompts", "max_jobs", "eval_prompts", "bf16")},
             "extra_prompts": len(data_cfg.extra_prompts)}
     # --init-from: read (and refuse an unusable head) before anything is written to --out
     prior = prior_head(cfg.init_from, target, run_aux_layers(cfg, n_target)) if cfg.init_from is not None else None
