@@ -1,7 +1,7 @@
 """Drafters compared through their bundles on the same target graph: speed of speculative vs plain decoding.
 
     python benchmarks/drafter_compare.py --bundle eagle3=B1 --bundle layers=B2 [--prompts 20] [--tokens 96] \
-        [--threads 2] [--temperatures 0 0.7] [--drafting auto|model] [--json out.json]
+        [--threads 2] [--temperatures 0 0.7] [--drafting auto|model] [--confidence 0.3 0.5] [--json out.json]
 
 Every bundle is loaded in this one process (same threads); for each held-out chat prompt of
 ``benchmarks/chat_prompts.py`` (never in the distillation prompt set) and each temperature, each bundle
@@ -9,7 +9,10 @@ generates plain AR and speculatively (default adaptive draft length, hybrid draf
 gets it), interleaved so machine noise hits every system alike; sampled runs are seeded (same seed -> the same
 text AR and speculative, so both make the same tokens). Reports per bundle and temperature: tokens/s AR and
 speculative (total tokens / total seconds), the ratio, acceptance of drafter-model drafts, mean tokens per target
-pass, and whether the greedy texts equal AR token for token. A benchmark, not a test.
+pass, and whether the greedy texts equal AR token for token. ``--confidence`` runs each bundle's speculative
+decoding once per drafter confidence threshold (``GenerationConfig.confidence_threshold``: drafting stops when the
+drafter's top probability is below it), as systems named ``NAME@T`` that share the bundle's AR runs. A benchmark,
+not a test.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7])
     ap.add_argument("--drafting", default="auto", choices=("auto", "model"),
                     help="auto: hybrid with prompt lookup, as a user gets it (default); model: the drafter alone")
+    ap.add_argument("--confidence", type=float, nargs="+", default=[None],
+                    help="drafter confidence thresholds to compare (default: the engine's own)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
 
@@ -48,26 +53,29 @@ def main(argv: list[str] | None = None) -> int:
         e.chat(chat_messages(prompts[0]), max_new_tokens=8)
     rows = []
     for temp in args.temperatures:
-        acc = {n: {"ar_tokens": 0, "ar_s": 0.0, "sd_tokens": 0, "sd_s": 0.0, "drafted": 0, "accepted": 0,
-                   "lookup_drafted": 0, "passes": 0, "same": 0} for n in engines}
+        systems = [(n, c) for n in engines for c in args.confidence]
+        acc = {_system(n, c): {"ar_tokens": 0, "ar_s": 0.0, "sd_tokens": 0, "sd_s": 0.0, "drafted": 0, "accepted": 0,
+                               "lookup_drafted": 0, "passes": 0, "same": 0} for n, c in systems}
         for i, p in enumerate(prompts):
             msgs = chat_messages(p)
             for name, e in engines.items():
-                a = acc[name]
                 seed = None if temp == 0 else i
                 e.reset()
                 ar = e.chat(msgs, max_new_tokens=args.tokens, temperature=temp, seed=seed, speculative=False)
-                e.reset()
-                sd = e.chat(msgs, max_new_tokens=args.tokens, temperature=temp, seed=seed)
-                a["ar_tokens"] += ar.stats.tokens
-                a["ar_s"] += ar.stats.seconds
-                a["sd_tokens"] += sd.stats.tokens
-                a["sd_s"] += sd.stats.seconds
-                a["drafted"] += sd.stats.drafted - sd.stats.lookup_drafted
-                a["accepted"] += sd.stats.accepted - sd.stats.lookup_accepted
-                a["lookup_drafted"] += sd.stats.lookup_drafted
-                a["passes"] += sd.stats.target_passes
-                a["same"] += int(sd.token_ids == ar.token_ids)
+                for conf in args.confidence:
+                    a = acc[_system(name, conf)]
+                    e.reset()
+                    sd = e.chat(msgs, {"max_new_tokens": args.tokens, "temperature": temp, "seed": seed,
+                                       "confidence_threshold": conf})
+                    a["ar_tokens"] += ar.stats.tokens
+                    a["ar_s"] += ar.stats.seconds
+                    a["sd_tokens"] += sd.stats.tokens
+                    a["sd_s"] += sd.stats.seconds
+                    a["drafted"] += sd.stats.drafted - sd.stats.lookup_drafted
+                    a["accepted"] += sd.stats.accepted - sd.stats.lookup_accepted
+                    a["lookup_drafted"] += sd.stats.lookup_drafted
+                    a["passes"] += sd.stats.target_passes
+                    a["same"] += int(sd.token_ids == ar.token_ids)
         for name, a in acc.items():
             ar_tps, sd_tps = a["ar_tokens"] / a["ar_s"], a["sd_tokens"] / a["sd_s"]
             row = {"bundle": name, "temperature": temp, "prompts": len(prompts), "ar_tok_s": round(ar_tps, 1),
@@ -87,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps({"threads": args.threads, "tokens": args.tokens, "drafting": args.drafting,
                                          "rows": rows}, indent=2))
     return 0
+
+
+def _system(name: str, confidence: float | None) -> str:
+    return name if confidence is None else f"{name}@{confidence:g}"
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ the d - 1 before it were): constant, falling (a feature drafter's, e.g. the Smol
 target step: a draft pass ``--draft-cost`` (0.06: the head), a verify of g + 1 tokens 1 + ``--verify-slope`` * g
 (0.03: the fast graph on 2 threads, where a 2-row verify costs about what a 1-row step does). Reports tokens per
 target-step time relative to plain decoding (AR = 1), mean draft length after a 200-step warm-up, and the best
-fixed draft length's expected value. A benchmark of the policy's decisions only: no model runs.
+fixed draft length's expected value. As in the runtime, the first drafting step after plain steps is not timed
+(the drafter catches up on what it skipped). A benchmark of the policy's decisions only: no model runs.
 """
 
 from __future__ import annotations
@@ -36,14 +37,16 @@ def simulate(profile: list[float], steps: int, seed: int, draft_cost: float, slo
     """(speed relative to AR, mean draft length) of a fresh policy after a 200-step warm-up."""
     rng = np.random.default_rng(seed)
     pol = DraftPolicy(max_gamma)
-    tokens, seconds, gammas = 0, 0.0, []
+    tokens, seconds, gammas, prev = 0, 0.0, [], 0
     for i in range(steps):
         g = pol.next_gamma()
         m = 0
         while m < g and rng.random() < profile[min(m, len(profile) - 1)]:
             m += 1
         t_d, t_v = 0.01 * draft_cost * g, 0.01 * (1 + slope * g)
-        pol.update(g, m, t_d, t_v, drafter_passes=g, timed=i > 0)
+        # as in the runtime: the first drafting step after plain ones also catches the drafter up, so it is not timed
+        pol.update(g, m, t_d, t_v, drafter_passes=g, timed=i > 0 and not (g and not prev))
+        prev = g
         if i >= 200:
             tokens, seconds = tokens + m + 1, seconds + t_d + t_v
             gammas.append(g)

@@ -364,6 +364,28 @@ def test_policy_switches_off_when_realised_goodput_is_below_ar():
     assert pol.next_gamma() == 0
 
 
+def test_an_unlucky_probe_step_does_not_veto_a_drafter_that_pays():
+    """A probe's first step is not timed (the drafter catches up on the steps it skipped), so earlier probes left
+    one timed step each — here four where the drafter declined. The realised-goodput check judges the current run
+    only: a probe whose catch-up step was accepted and whose timed step declined keeps drafting (it used to be
+    vetoed by the old record, turning a drafter accepted 0.54 of the time off on most steps)."""
+    pol = DraftPolicy(6, probe_every=4)
+    pol.update(0, 0, 0.0, 0.01)  # one measured AR step
+    for _ in range(4):  # an old record: speculative steps of one token each
+        pol.update(0, 0, 0.0005, 0.01, drafter_passes=1)
+    assert pol.next_gamma() == 0
+    while pol.next_gamma() == 0:  # plain steps until the next probe
+        pol.update(0, 0, 0.0, 0.01)
+    pol.update(1, 1, 0.004, 0.02, drafter_passes=1, timed=False)  # catch-up step: accepted, not timed
+    pol.update(0, 0, 0.0005, 0.01, drafter_passes=1)  # timed: the drafter declined
+    assert pol.next_gamma() >= 1
+    off = []
+    for _ in range(5):  # but a current run that does not pay still turns speculation off after four timed steps
+        pol.update(0, 0, 0.004, 0.01, drafter_passes=1)
+        off.append(pol.next_gamma() == 0)
+    assert off[:2] == [False, False] and off[3]
+
+
 @pytest.mark.parametrize("temperature", [0.7, 1.0])
 def test_sampled_first_token_matches_target_distribution(temperature):
     """End-to-end through the loop with fakes: the first generated token is distributed as p."""
