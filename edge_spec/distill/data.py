@@ -77,6 +77,7 @@ def bf16_body(model: torch.nn.Module, enabled: bool) -> Iterator[None]:
         return
     head = model.get_output_embeddings()
     forward = head.forward
+    own = "forward" in vars(head)  # already an instance attribute (e.g. an accelerate hook): put it back after
 
     def fp32_forward(x: torch.Tensor) -> torch.Tensor:
         with torch.autocast(x.device.type, enabled=False):
@@ -87,7 +88,10 @@ def bf16_body(model: torch.nn.Module, enabled: bool) -> Iterator[None]:
         with torch.autocast(next(model.parameters()).device.type, torch.bfloat16):
             yield
     finally:
-        del head.forward
+        if own:
+            head.forward = forward
+        else:
+            del head.forward
 
 
 @torch.no_grad()
