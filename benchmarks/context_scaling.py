@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -32,22 +31,14 @@ sys.path.insert(0, str(HERE.parent))
 
 def edge_steps(bundle: Path, depths: list[int], threads: int, repeats: int) -> dict[int, dict[str, float]]:
     """{depth: {min_ms, median_ms}} of one plain decode step of the bundle's target after ``depth`` positions."""
+    from kv_dtype import step_times
+
     from edge_spec import Engine
 
-    engine = Engine.load(bundle, drafting="none", max_context=max(depths) + 16, threads=threads)
-    t = engine.target
+    engines = {"edge": Engine.load(bundle, drafting="none", max_context=max(depths) + 16, threads=threads)}
     out = {}
     for d in depths:
-        samples = []
-        for i in range(repeats + 3):
-            t.rewind_to(0)
-            t.kv.length = d  # d cached positions
-            t0 = time.perf_counter()
-            t.forward([42])
-            if i >= 3:  # warm-up
-                samples.append(time.perf_counter() - t0)
-        t.rewind_to(0)
-        out[d] = {"min_ms": round(min(samples) * 1e3, 3), "median_ms": round(statistics.median(samples) * 1e3, 3)}
+        out[d] = step_times(engines, d + 1, repeats)["edge"]  # a step at context d + 1: d positions cached
         print(f"edge-spec threads={threads} depth={d}: {out[d]}", flush=True)
     return out
 
