@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from edge_spec.distill import prompts as P
+from edge_spec.distill.memory import release_freed
 from edge_spec.distill.target import Target, render
 
 TEMPERATURES = (0.0, 0.7, 1.0)
@@ -187,6 +188,7 @@ def _run_job(target: Target, cfg: DataConfig, path: Path, convs: list[dict], tem
     for (c, _), r in zip(keep, results):
         text = tok.decode(r["answer"].tolist(), skip_special_tokens=True)
         out_convs.append({"messages": c["messages"], "answer": text, "heldout": c["heldout"]})
+    release_freed()  # the batch's KV cache, grown by concatenation, leaves a fragmented heap
     seconds = time.time() - t0
     _write_shard(path, [ids for _, ids in keep], results, temp, [c["heldout"] for c, _ in keep], out_convs, seconds,
                  "bf16" if cfg.bf16 else "fp32")

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from edge_spec.distill.data import EVAL_TEMPERATURE, Sequence
 from edge_spec.distill.eagle import Eagle3Config, Eagle3Head
 from edge_spec.distill.features import FeatureStore
+from edge_spec.distill.memory import TRIM_EVERY, release_freed
 
 
 @dataclass(frozen=True)
@@ -282,6 +283,8 @@ def train_head(head: Eagle3Head, embed: torch.nn.Module, train: list[Sequence], 
         opt.step()
         step += 1
         done_here += 1
+        if step % TRIM_EVERY == 0:
+            release_freed()  # batches of ever-changing shapes fragment the heap (distill/memory.py)
         if step % cfg.eval_every == 0 or step == planned:
             history.append({"step": step, "loss": round(loss.item(), 4),
                             "minutes": round((spent + time.time() - t0) / 60, 2),

@@ -23,6 +23,7 @@ import torch
 
 from edge_spec.distill.data import Sequence
 from edge_spec.distill.ids import fill_teacher, teacher_targets
+from edge_spec.distill.memory import release_freed
 
 _KEY = 16  # bytes of a sequence's hash
 
@@ -129,6 +130,7 @@ def extract_features(model: torch.nn.Module, seqs: list[Sequence], aux: tuple[in
         log(f"teacher: {len(no_teacher):,} kept sequences have no teacher top-{teacher_top_k} kept; computing it")
         teacher_targets(model, [seqs[i] for i in no_teacher], teacher_top_k, log=log)
     maps = [_open(st, dim) for st in stems]
+    release_freed()
     return FeatureStore(maps, seg, row, lens, dim)
 
 

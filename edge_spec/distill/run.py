@@ -16,6 +16,7 @@ from edge_spec.distill.data import DataConfig, generate_data, generate_eval, loa
 from edge_spec.distill.drafter import build_drafter, save_drafter, spread_layers
 from edge_spec.distill.eagle_run import prior_head, run_aux_layers, train_eagle
 from edge_spec.distill.eagle_train import EagleTrainConfig
+from edge_spec.distill.memory import cap_primitive_cache
 from edge_spec.distill.prompts import read_prompt_file
 from edge_spec.distill.target import load_target
 from edge_spec.distill.train import TrainConfig, train
@@ -110,6 +111,7 @@ def train_precision(precision: str, device: str) -> str:
 
 def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
     """Run (or resume) a distillation; return the report also written to DRAFTER_DIR/training.json."""
+    cap_primitive_cache()  # before the first bf16 matmul (distill/memory.py)
     device = check_device(cfg.device)
     precision = train_precision(cfg.precision, device)
     cfg = replace(cfg, train=replace(cfg.train, bf16=precision == "bf16"),

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from edge_spec.distill.data import EVAL_TEMPERATURE, Sequence
 from edge_spec.distill.drafter import trainable_state
+from edge_spec.distill.memory import TRIM_EVERY, release_freed
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,8 @@ def train(drafter: torch.nn.Module, train_seqs: list[Sequence], held: list[Seque
         opt.step()
         opt.zero_grad(set_to_none=True)
         step += 1
+        if step % TRIM_EVERY == 0:
+            release_freed()
         tokens += len(batch["b"])
         elapsed = time.time() - t0
         rate = elapsed / (step - step0)  # seconds per step in this run
