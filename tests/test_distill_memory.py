@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +16,6 @@ from edge_spec.distill import memory
 def test_cap_primitive_cache_keeps_a_users_own_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
     memory.cap_primitive_cache()
-    import os
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(memory.PRIMITIVE_CACHE)
     monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "1024")
     memory.cap_primitive_cache()
@@ -26,8 +27,7 @@ def test_release_freed_returns_a_fragmented_heaps_free_pages() -> None:
     # A fresh process: 4,000 blocks of 64 KiB (below glibc's mmap threshold, so on the heap), all freed but the
     # last, which pins the heap's top so it cannot shrink by itself. Resident memory stays up until the trim.
     code = textwrap.dedent("""
-        import ctypes, sys
-        sys.path.insert(0, %r)
+        import ctypes
         from edge_spec.distill.memory import release_freed
         libc = ctypes.CDLL("libc.so.6"); libc.malloc.restype = ctypes.c_void_p; libc.free.argtypes = [ctypes.c_void_p]
         def anon():
@@ -41,7 +41,10 @@ def test_release_freed_returns_a_fragmented_heaps_free_pages() -> None:
             libc.free(p)
         before = anon(); assert release_freed(); after = anon()
         print(before, after)
-    """ % str(__import__("pathlib").Path(memory.__file__).resolve().parents[2]))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    """)
+    root = str(Path(memory.__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=env).stdout.split()
     before, after = int(out[0]), int(out[1])
     assert before - after > 200_000, (before, after)  # of the ~256 MB freed, most goes back (KiB)
