@@ -1,0 +1,108 @@
+"""What a target pass of k rows costs against one row: the price of verifying k - 1 drafts at once.
+
+    python benchmarks/verify_cost.py --bundle demo [--threads 1] [--rows 1 2 3 4 5 6 8] [--past 150] [--profile]
+
+One pass of k new tokens after ``--past`` cached positions through the bundle's target (drafting off, the
+runtime's own forward with its IO binding), all row counts interleaved so load on a shared machine hits them alike;
+min and median over the repeats, and each median against the 1-row pass's. ``--profile`` also runs ONNX Runtime's
+profiler and sums node time per op type (and per MatMulNBits kind) for each row count (profiling inflates times).
+For llama.cpp's equivalent: ``llama-bench -m FILE.gguf -t T -p 1,2,3,5,8 -n 0 -d 150`` (prompt batches of k tokens).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import collections
+import json
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+import edge_spec.runtime.session as session_mod  # noqa: E402
+from edge_spec import Engine  # noqa: E402
+
+
+def _profiled_options(prefix: str):
+    plain = session_mod.session_options
+
+    def options(threads: int = 0, spin: bool = False):
+        so = plain(threads, spin)
+        so.enable_profiling = True
+        so.profile_file_prefix = prefix
+        return so
+    return options
+
+
+def op_times(profile_file: str, order: list[tuple[int, int]], warm: int) -> dict[int, dict[str, float]]:
+    """ms per pass by op type for each row count, from ONNX Runtime's profile (runs matched in order)."""
+    events = json.loads(Path(profile_file).read_text())
+    runs = sorted(e["ts"] for e in events if e.get("name") == "model_run")
+    skip = len(runs) - len(order)  # the session's own probe pass at load
+    per: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
+    reps: collections.Counter = collections.Counter(r for i, r in order if i >= warm)
+    for e in events:
+        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
+            continue
+        k = bisect.bisect_right(runs, e["ts"]) - 1 - skip
+        if not 0 <= k < len(order) or order[k][0] < warm:
+            continue
+        rows, op = order[k][1], e["args"]["op_name"]
+        per[rows][op] += e["dur"]
+        if op == "MatMulNBits":
+            per[rows]["MatMulNBits " + re.sub(r"layers\.\d+", "layers.N", e["name"][:-len("_kernel_time")])] += e["dur"]
+    return {r: {op: round(us / reps[r] / 1e3, 3) for op, us in c.most_common()} for r, c in per.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bundle", default="demo")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--past", type=int, default=150, help="cached positions before the pass")
+    ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6, 8])
+    ap.add_argument("--repeats", type=int, default=40)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--out", type=Path, default=HERE / "results" / "verify_cost.json")
+    args = ap.parse_args(argv)
+    warm = 3
+    if args.profile:
+        session_mod.session_options = _profiled_options(str(Path(tempfile.gettempdir()) / "verify_cost"))
+    engine = Engine.load(args.bundle, threads=args.threads, drafting="none", max_context=4096)
+    t = engine.target
+    samples: dict[int, list[float]] = {r: [] for r in args.rows}
+    order = []
+    for i in range(args.repeats + warm):
+        for r in args.rows:
+            t.rewind_to(0)
+            t.kv.length = args.past  # the cost does not depend on the cached values
+            t0 = time.perf_counter()
+            t.forward([42] * r)
+            dt = time.perf_counter() - t0
+            order.append((i, r))
+            if i >= warm:
+                samples[r].append(dt)
+            t.rewind_to(0)
+    base = statistics.median(samples[args.rows[0]])
+    rows = []
+    for r, v in samples.items():
+        med = statistics.median(v)
+        rows.append({"rows": r, "min_ms": round(min(v) * 1e3, 2), "median_ms": round(med * 1e3, 2),
+                     "vs_first": round(med / base, 2)})
+        print(f"{r} rows: min {min(v) * 1e3:.2f} ms, median {med * 1e3:.2f} ms ({med / base:.2f}x)")
+    report: dict = {"bundle": str(args.bundle), "threads": args.threads, "past": args.past, "passes": rows}
+    if args.profile:
+        report["op_ms_per_pass"] = op_times(t.session.end_profiling(), order, warm)
+        for r, ops in report["op_ms_per_pass"].items():
+            print(f"-- {r} rows: " + ", ".join(f"{k} {v}" for k, v in list(ops.items())[:8]))
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
