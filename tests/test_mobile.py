@@ -107,9 +107,11 @@ def test_ort_bundle_greedy_tokens_equal_the_onnx_bundle_and_speculation_equals_p
         want = ref.generate(ids, max_new_tokens=24, speculative=False).token_ids
         assert ort_engine.generate(ids, max_new_tokens=24, speculative=False).token_ids == want
         assert ort_engine.generate(ids, max_new_tokens=24).token_ids == want  # greedy speculative == greedy plain
+        # a fixed draft length drafts every step, whatever the goodput controller would decide on a loaded machine
+        assert ort_engine.generate(ids, max_new_tokens=24, draft_length=3).token_ids == want
+        assert ort_engine.last_stats.drafted > 0
         sampled = dict(max_new_tokens=24, temperature=0.8, seed=3)
         assert ort_engine.generate(ids, **sampled).token_ids == ref.generate(ids, **sampled).token_ids
-    assert ort_engine.last_stats.drafted > 0
 
 
 LEAN = r"""
