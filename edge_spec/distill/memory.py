@@ -1,7 +1,7 @@
 """Keep a long ``distill`` run's resident memory near what it actually holds.
 
-Two things made an hour's run on SmolLM2 peak at 14 GB resident while it held a few GB of live tensors
-(measured with /proc/PID/status, BENCHMARKS.md "Distill's memory"):
+Two things made a 12-minute run on SmolLM2 grow to 6.5 GB resident (and, by the same growth, an hour's to 14 GB)
+while it held a few GB of live tensors (measured with /proc/PID/status, BENCHMARKS.md "Distill's memory"):
 
 * oneDNN, which runs torch's bfloat16 matmuls on CPU, keeps a compiled *primitive* (with its reordered weights
   and scratch space) for every matmul shape it has seen, up to 1,024 of them. Training batches pad to their
