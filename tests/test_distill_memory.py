@@ -12,6 +12,20 @@ import pytest
 
 from edge_spec.distill import memory
 
+ROOT = Path(__file__).resolve().parents[1]
+_ANON = textwrap.dedent("""
+    def anon():  # resident anonymous memory of this process, KiB
+        for line in open("/proc/self/status"):
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1])
+""")
+
+
+def _run(code: str, *args: str) -> list[str]:
+    """``code`` in a fresh interpreter started in the repository (so it imports this checkout); its stdout words."""
+    return subprocess.run([sys.executable, "-c", _ANON + code, *args], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.split()
+
 
 def test_cap_primitive_cache_keeps_a_users_own_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
@@ -30,10 +44,6 @@ def test_release_freed_returns_a_fragmented_heaps_free_pages() -> None:
         import ctypes
         from edge_spec.distill.memory import release_freed
         libc = ctypes.CDLL("libc.so.6"); libc.malloc.restype = ctypes.c_void_p; libc.free.argtypes = [ctypes.c_void_p]
-        def anon():
-            for line in open("/proc/self/status"):
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1])
         blocks = []
         for _ in range(4000):
             p = libc.malloc(64 * 1024); ctypes.memset(p, 1, 64 * 1024); blocks.append(p)
@@ -42,13 +52,8 @@ def test_release_freed_returns_a_fragmented_heaps_free_pages() -> None:
         before = anon(); assert release_freed(); after = anon()
         print(before, after)
     """)
-    root = str(Path(memory.__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env=env).stdout.split()
-    before, after = int(out[0]), int(out[1])
+    before, after = (int(w) for w in _run(code))
     assert before - after > 200_000, (before, after)  # of the ~256 MB freed, most goes back (KiB)
-
 
 
 _SHAPES = textwrap.dedent("""
@@ -62,10 +67,6 @@ _SHAPES = textwrap.dedent("""
     else:
         os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = "1024"  # oneDNN's default
     torch.set_num_threads(1)
-    def anon():
-        for line in open("/proc/self/status"):
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) // 1024
     lin = torch.nn.Linear(576, 2048)
     before = anon()
     for m in range(1000, 1200, 2):
@@ -73,7 +74,7 @@ _SHAPES = textwrap.dedent("""
         with torch.autocast("cpu", torch.bfloat16):
             y = lin(x).float().sum()
         y.backward()
-    print(anon() - before)
+    print((anon() - before) // 1024)  # MiB
 """)
 
 
@@ -83,8 +84,5 @@ def test_capped_primitive_cache_keeps_bf16_matmuls_of_many_shapes_from_growing_m
     # shapes through a bf16 576 -> 2048 linear and its backward: resident memory grew ~520 MB here with oneDNN's
     # default cache (a compiled primitive with its reordered weights per shape), ~180 MB capped.
     pytest.importorskip("torch")
-    root = str(Path(memory.__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    grown = {mode: int(subprocess.run([sys.executable, "-c", _SHAPES, mode], capture_output=True, text=True,
-                                      check=True, env=env).stdout.split()[-1]) for mode in ("capped", "default")}
+    grown = {mode: int(_run(_SHAPES, mode)[-1]) for mode in ("capped", "default")}
     assert grown["capped"] < 0.5 * grown["default"], grown
