@@ -7,6 +7,7 @@ A bundle is a directory::
       tokenizer/                tokenizer.json, tokenizer_config.json (+ chat template)
       target/                   model.onnx, model.onnx.data, genai_config.json
       drafter/                  model.onnx, model.onnx.data, id_map.npy (when trimmed)
+      ngrams.npz                the static n-gram draft table (when exported with --ngrams)
 
 or, packaged for ONNX Runtime Mobile (``edge-spec package``), ``model.ort`` graphs (no external data)
 and ``required_operators.config`` at the root.
@@ -30,7 +31,7 @@ from edge_spec.errors import BundleError, EdgeSpecError
 
 MANIFEST_NAME = "edge_spec.json"
 FORMAT = "edge-spec-bundle"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 PRECISIONS = ("int4", "int8", "fp16", "fp32")
 GRAPH_FORMATS = ("onnx", "ort")  # ModelSpec.graph_format: an ONNX protobuf or an ORT-format flatbuffer
 
@@ -192,6 +193,26 @@ class SharedInitializer:
 
 
 @dataclass(frozen=True)
+class NgramSpec:
+    """A static n-gram draft table built from the target's own answers (:mod:`edge_spec.runtime.ngrams`).
+
+    ``file`` (bundle-relative .npz) holds ``keys`` uint64 [entries] and ``next`` int32 [entries]; ``bytes`` is what
+    they take loaded. Kept: n-grams of ``min_n``..``max_n`` answer-context tokens whose most frequent next token
+    followed them at least ``min_count`` times and in at least ``min_share`` of their occurrences, counted over
+    ``tokens`` answer tokens of ``sequences`` training (never held-out) conversations."""
+
+    file: str
+    entries: int
+    bytes: int
+    min_n: int
+    max_n: int
+    min_count: int
+    min_share: float
+    sequences: int
+    tokens: int
+
+
+@dataclass(frozen=True)
 class Manifest:
     """The whole ``edge_spec.json``."""
 
@@ -209,6 +230,7 @@ class Manifest:
     # The model's own recommended sampling settings (HF generation_config.json, GGUF general.sampling.*):
     # a subset of temperature / top_k / top_p / min_p, plus "source". None: the source carries none.
     sampling: dict[str, Any] | None = None
+    ngrams: NgramSpec | None = None  # static n-gram drafts (absent: none)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -387,7 +409,23 @@ def manifest_from_json(data: Any) -> Manifest:
         sources={k: _build(SourceModel, v, f"sources.{k}") for k, v in (data.get("sources") or {}).items()},
         created_by=base.created_by, created_at=base.created_at, version=version,
         notes=dict(base.notes), shared_initializers=_shared(data.get("shared_initializers") or []),
+        ngrams=_ngrams(data.get("ngrams"), tok.vocab_size),
     )
+
+
+def _ngrams(data: Any, vocab_size: int) -> NgramSpec | None:
+    if data is None:
+        return None
+    spec = _build(NgramSpec, data, "ngrams")
+    for name in ("entries", "bytes", "sequences", "tokens"):
+        _at_least(getattr(spec, name), 0, f"ngrams.{name}")
+    _at_least(spec.min_n, 1, "ngrams.min_n")
+    _at_least(spec.max_n, spec.min_n, "ngrams.max_n")
+    _at_least(spec.min_count, 1, "ngrams.min_count")
+    if spec.bytes != 12 * spec.entries:
+        raise BundleError(f"The manifest field 'ngrams.bytes' is {spec.bytes} but {spec.entries} entries take "
+                          f"{12 * spec.entries} (8-byte key + 4-byte id); re-export the bundle.")
+    return spec
 
 
 def _shared(items: Any) -> tuple[SharedInitializer, ...]:
@@ -456,6 +494,8 @@ def bundle_files(m: Manifest) -> list[str]:
     if m.vocab_trim is not None:
         out.append(m.vocab_trim.id_map)
     out.extend(t.file for t in m.shared_initializers if t.file not in out)
+    if m.ngrams is not None:
+        out.append(m.ngrams.file)
     return out
 
 

@@ -29,6 +29,10 @@ from edge_spec.fetch import SMOLLM2, fetch_model
 
 DEMO_DRAFTER = Path(edge_spec.__file__).resolve().parents[1] / "models" / "smollm2-eagle3"
 DEMO_TARGET = SMOLLM2
+# The target's own answers (edge-spec distill's ids-only data, committed): the demo's n-gram draft table comes from
+# them (export --ngrams; docs/runtime.md, "Drafting"). Absent (an installed package without the models directory):
+# a demo without the table.
+DEMO_DATA = DEMO_DRAFTER.parent / "smollm2-data"
 # How the demo is exported: the export defaults, spelled out so that the cache key (demo_key) changes whenever
 # they do: the file's own weights carried over exactly (--gguf-mode split), int8 activations as llama.cpp computes
 # (accuracy level 4: ~2x faster than fp32 activations, and as faithful to transformers fp32 on this file as
@@ -59,14 +63,18 @@ def demo_checkpoints(drafter_dir: Path | None = None) -> dict[str, Path]:
             "models/smollm2-eagle3 (or train one with 'edge-spec distill --target "
             f"{DEMO_TARGET.filename} --kind eagle3 --out models/smollm2-eagle3'), or pass a bundle: edge-spec chat "
             "BUNDLE.")
-    return {"target": cache_root() / "models" / DEMO_TARGET.filename, "drafter": drafter}
+    return {"target": cache_root() / "models" / DEMO_TARGET.filename, "drafter": drafter,
+            **{f"ngrams/{f.name}": f for f in sorted(DEMO_DATA.glob("answers*.npz"))}}
 
 
 def demo_key(paths: dict[str, Path]) -> str:
-    """Hash of the target's sha256, the drafter's files (names + bytes) and the versions that shape the export."""
+    """Hash of the target's sha256, the drafter's files and the answers files (names + bytes) and the versions that
+    shape the export."""
     h = hashlib.sha256(f"{edge_spec.__version__}/{SCHEMA_VERSION}/{DEMO_TARGET.sha256}/{EXPORT_ARGS}".encode())
-    for f in sorted(p for p in paths["drafter"].iterdir() if p.is_file() and p.name.endswith(_HASHED)):
-        h.update(f"drafter/{f.name}".encode())
+    files = [(f"drafter/{p.name}", p) for p in sorted(paths["drafter"].iterdir())
+             if p.is_file() and p.name.endswith(_HASHED)]
+    for name, f in files + [(k, v) for k, v in sorted(paths.items()) if k.startswith("ngrams/")]:
+        h.update(name.encode())
         with open(f, "rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
@@ -106,6 +114,9 @@ def _export(paths: dict[str, Path], out: Path, say: Callable[[str], None]) -> No
     """Run ``edge-spec export`` in a child process, so this process never holds torch and the export's memory."""
     cmd = [sys.executable, "-m", "edge_spec", "export", "--target", str(paths["target"]),
            "--drafter", str(paths["drafter"]), "--out", str(out), *EXPORT_ARGS] + (["--force"] if out.exists() else [])
+    answers = [str(v) for k, v in sorted(paths.items()) if k.startswith("ngrams/")]
+    if answers:
+        cmd += ["--ngrams", *answers]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     last = ""
     try:

@@ -64,6 +64,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "transformers fp32; ~4x larger, ~2x slower); fast = Q4_1/Q4_K/Q2_K as 8-bit integer zero "
                         "points (not exact); compact = MatMulNBits everywhere (smallest, slow float-zero-point "
                         "kernels)")
+    p.add_argument("--ngrams", nargs="+", type=Path, default=(), metavar="ANSWERS.npz",
+                   help="answers files of edge-spec distill for this target (DRAFTER_DIR/data/answers.npz): the "
+                        "bundle gets a static n-gram table of the target's own writing, which drafts where the "
+                        "context has no repeat to look up (llama.cpp's static lookup cache; output unchanged)")
     p.add_argument("--trim-vocab", default="auto", metavar="K|auto|off",
                    help="keep K drafter LM-head rows; auto = smallest K covering 99%% of target tokens (default)")
     p.add_argument("--calibration", type=Path, metavar="FILE",
@@ -105,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
                          trim_vocab=_trim(args.trim_vocab), calibration=args.calibration,
                          max_context=args.max_context, execution_provider=args.execution_provider,
                          force=args.force, trust_remote_code=args.trust_remote_code, lm_head=args.lm_head,
-                         gguf_mode=args.gguf_mode,
+                         gguf_mode=args.gguf_mode, ngrams=tuple(args.ngrams),
                          kv_dtype={"fp16": "float16", "fp32": "float32", None: "auto"}[args.kv_dtype])
     if args.mobile:
         return _export_mobile(args, opts)
@@ -113,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
     trim = f", drafter vocab {m.vocab_trim.kept}/{m.vocab_trim.full}" if m.vocab_trim else ""
     drafter = "no drafter" if m.drafter is None else \
         f"{'EAGLE-3 ' if m.drafter.kind == 'eagle3' else ''}drafter {m.drafter.quantization.precision}{trim}"
+    if m.ngrams is not None:
+        drafter += f", n-gram table {m.ngrams.entries:,} entries"
     print(f"Wrote bundle {args.out} (target {m.target.quantization.precision}, {drafter}) in "
           f"{m.notes.get('export_seconds')}s.")
     return 0

@@ -35,6 +35,7 @@ from edge_spec.export import (
     calibrate,
     eagle_graph,
     invariance,
+    ngrams,
     own_build,
     tokenizer_check,
     vocab_trim,
@@ -113,6 +114,7 @@ class ExportOptions:
     gguf_mode: str = "split"  # split | exact | fast | compact: how GGUF tensors are encoded (own_build.Policy)
     # KV cache of graphs edge-spec builds: "auto" (= OWN_KV_DTYPE, float16), float16 or float32; builder graphs: fp32
     kv_dtype: str = "auto"
+    ngrams: tuple[Path, ...] = ()  # answers files of edge-spec distill: build a static n-gram draft table from them
 
 
 Progress = Callable[[str], None]
@@ -215,6 +217,10 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint |
     if max_ctx < 16 or max_ctx > positions:
         raise ExportError(f"--max-context {max_ctx} is outside 16..{positions} (the target's "
                           "max_position_embeddings); pass a value in that range.")
+    table = None
+    if opts.ngrams:  # first: a wrong file is refused before minutes of graph building
+        with _timed(say, "ngrams", f"n-gram draft table from {len(opts.ngrams)} answers file(s)"):
+            table = ngrams.build(opts.ngrams, tmp, _sha(t_ckpt), int(t_cfg["vocab_size"]), say)
     cache = tmp / ".cache"
     graphs: dict[str, Path] = {}
     own_drafter = isinstance(d_ckpt, own_build.Source)
@@ -290,7 +296,7 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint |
                "calibration_prompts": len(prompts) if trim else 0,
                "trim_share": opts.trim_share if opts.trim_vocab == "auto" else None,
                **({"shared_embedding": shared} if shared else {})},
-        shared_initializers=tuple(shared_inits), sampling=recommended_sampling(t_ckpt),
+        shared_initializers=tuple(shared_inits), sampling=recommended_sampling(t_ckpt), ngrams=table,
     )
     if manifest.sampling:
         say(f"[chat] the model recommends sampling with {manifest.sampling} (edge-spec chat's defaults)")

@@ -111,6 +111,8 @@ class Stats:
     accepted: int = 0
     lookup_drafted: int = 0  # of which prompt-lookup drafts (hybrid drafting, or the lookup rung)
     lookup_accepted: int = 0
+    table_drafted: int = 0  # of the lookup drafts, those from the bundle's n-gram table (no repeat in the context)
+    table_accepted: int = 0
     seconds: float = 0.0  # wall time of the generation(s)
     target_seconds: float = 0.0  # inside ONNX Runtime, target (incl. prefill)
     drafter_seconds: float = 0.0

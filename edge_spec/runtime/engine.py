@@ -23,6 +23,7 @@ from edge_spec.runtime.config import GenerationConfig, LoadConfig, Result, Stats
 from edge_spec.runtime.detok import StreamDetokenizer, byte_table
 from edge_spec.runtime.drafting import DraftPolicy
 from edge_spec.runtime.memory import current_rss, drop_mapped_pages
+from edge_spec.runtime.ngrams import NgramTable
 from edge_spec.runtime.options import thread_plan
 from edge_spec.runtime.providers import MIN_ROWS, resolve
 from edge_spec.runtime.sampling import Noise, Rejection
@@ -39,13 +40,14 @@ class Engine:
     """A loaded bundle: target (+ drafter) sessions with preallocated KV, a memory plan, a tokenizer."""
 
     def __init__(self, manifest: Manifest, tokenizer: Tokenizer, plan: Plan, target: Any, drafter: Any | None,
-                 id_map: np.ndarray | None, config: LoadConfig, devices: dict[str, str]) -> None:
+                 id_map: np.ndarray | None, config: LoadConfig, devices: dict[str, str],
+                 table: NgramTable | None = None) -> None:
         self.manifest, self.tokenizer, self.plan, self.config, self.devices = manifest, tokenizer, plan, config, devices
         self.target, self.drafter = target, drafter
         # "auto" with a drafter: hybrid drafting (lookup drafts first when the context repeats itself)
         self._hybrid = drafter is not None and config.drafting == "auto"
         self._dec = Decoder(target, drafter, lookup=plan.mode == "lookup" or self._hybrid, id_map=id_map,
-                            max_gamma=plan.draft_length)
+                            max_gamma=plan.draft_length, table=table)
         self._policy = DraftPolicy(plan.draft_length, free_drafts=drafter is None)
         self._lookup_policy = DraftPolicy(plan.draft_length, free_drafts=True) if self._hybrid else None
         self.stats = Stats()
@@ -111,7 +113,12 @@ class Engine:
         if drafter is not None:
             drop_mapped_pages(root)
         devices = {"target": t_dev, "drafter": d_dev if drafter is not None else "none"}
-        return cls(manifest, tokenizer, plan, target, drafter, id_map, config, devices)
+        table = None  # the n-gram table drafts wherever lookup drafts are made: the lookup rung, hybrid drafting
+        if manifest.ngrams is not None and (plan.mode == "lookup" or plan.mode == "speculative"
+                                            and config.drafting == "auto"):
+            n = manifest.ngrams
+            table = NgramTable.load(root / n.file, n.min_n, n.max_n, manifest.target.vocab_size)
+        return cls(manifest, tokenizer, plan, target, drafter, id_map, config, devices, table)
 
     @staticmethod
     def plan(bundle: str | os.PathLike[str], memory_budget: str | int | None = None, *,
@@ -258,6 +265,9 @@ class Engine:
                 if step.lookup:
                     st.lookup_drafted += step.gamma
                     st.lookup_accepted += step.accepted
+                if step.table:
+                    st.table_drafted += step.gamma
+                    st.table_accepted += step.accepted
                 st.gamma_hist[step.gamma] += 1
                 detok.push(step.tokens)
                 text = detok.text

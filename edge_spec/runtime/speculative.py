@@ -10,7 +10,9 @@ the prompt on the first step, one token normally, two after an all-accepted step
 Drafts come from the drafter model, from prompt lookup (an earlier occurrence of the context's
 last n-gram), or from both (hybrid): then lookup drafts first whenever the committed context has
 a match of at least ``lookup_ngram_min`` tokens and its own draft-length policy wants drafts,
-and the drafter drafts otherwise. Lookup drafts are deterministic (q is one-hot), cost nothing
+and the drafter drafts otherwise. Where the context has no match, a bundle's static n-gram table
+(the target's own writing in other conversations, :mod:`edge_spec.runtime.ngrams`) may supply the
+lookup draft instead. Lookup drafts are deterministic (q is one-hot), cost nothing
 to make, and go through the same verify rule, so every output guarantee holds whatever the source.
 """
 
@@ -24,6 +26,7 @@ from typing import Protocol
 import numpy as np
 
 from edge_spec.runtime.drafting import DraftPolicy, lookup_draft
+from edge_spec.runtime.ngrams import NgramTable
 from edge_spec.runtime.sampling import Noise, Rejection, SamplingConfig, probs, verify, verify_greedy, verify_rejection
 
 
@@ -53,12 +56,16 @@ class Step:
     accepted: int
     finish: str | None  # None, "stop_token", "length", "context_full"
     lookup: bool = False  # the drafts came from prompt lookup (not the drafter model)
+    table: bool = False  # ... from the bundle's n-gram table (a kind of lookup draft: lookup is True too)
 
 
 class Decoder:
     def __init__(self, target: Model, drafter: Model | None, *, lookup: bool = False,
-                 id_map: np.ndarray | None = None, max_gamma: int = 0, lookup_ngram_min: int | None = None) -> None:
+                 id_map: np.ndarray | None = None, max_gamma: int = 0, lookup_ngram_min: int | None = None,
+                 table: NgramTable | None = None) -> None:
         self.target, self.drafter, self.lookup = target, drafter, lookup
+        self.table = table  # static n-gram drafts where the context has no match (lookup drafting only)
+        self.table_drafts = False  # the current lookup drafts came from the table
         # Alone, any repeated token is worth a guess; next to a drafter a 1-token match is a worse bet than the model.
         self.lookup_ngram_min = (1 if drafter is None else 2) if lookup_ngram_min is None else lookup_ngram_min
         self.deterministic = drafter is None  # the current drafts are lookup drafts (q one-hot)
@@ -204,11 +211,16 @@ class Decoder:
 
     def draft_lookup(self, gamma: int) -> int:
         """Fill ``self.drafts[:g]`` with the continuation of the latest earlier match of the context's last
-        n-gram (``lookup_ngram_min``..3 tokens); returns g <= gamma, 0 when there is no match."""
+        n-gram (``lookup_ngram_min``..3 tokens), else with the n-gram table's draft; returns g <= gamma, 0 when
+        neither has one."""
         self.t_draft = 0.0
         self.drafter_passes = 0
         self.deterministic = True
         got = lookup_draft(self.tok, self.n, gamma, ngram_min=self.lookup_ngram_min) if gamma > 0 else self.tok[:0]
+        self.table_drafts = False
+        if not len(got) and gamma > 0 and self.table is not None:
+            got = self.table.draft(self.tok, self.n, gamma)
+            self.table_drafts = bool(len(got))
         self.drafts[:len(got)] = got
         return len(got)
 
@@ -242,7 +254,8 @@ class Decoder:
         self.tok[self.n:self.n + len(new)] = new
         self.n += len(new)
         self.sync_kv()
-        return Step(new, flags, g, min(accepted, len(new)), finish, lookup=self.deterministic and g > 0)
+        return Step(new, flags, g, min(accepted, len(new)), finish, lookup=self.deterministic and g > 0,
+                    table=self.deterministic and self.table_drafts and g > 0)
 
 
 def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise: Noise | Rejection,
