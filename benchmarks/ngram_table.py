@@ -1,4 +1,4 @@
-"""The n-gram draft table (``export --ngrams``): what more data and other thresholds would buy, and where drafts come from.
+"""The n-gram draft table (``export --ngrams``): what more data or other thresholds would buy; where drafts come from.
 
     python benchmarks/ngram_table.py --bundle DEMO --data models/smollm2-data/answers*.npz [--prompts 32] \
         [--tokens 128] [--threads 2] [--json out.json]
