@@ -215,3 +215,18 @@ def test_manifest_checks_the_table_entry(tiny: dict, tmp_path: Path) -> None:
     data.pop("ngrams")  # a bundle without the key (every older one) loads: no table
     (b / MANIFEST_NAME).write_text(json.dumps(data))
     assert read_manifest(b).ngrams is None
+
+
+@pytest.mark.slow
+def test_a_packaged_bundle_keeps_its_table(tiny: dict, tmp_path: Path) -> None:
+    """edge-spec package (ONNX Runtime Mobile's format) carries the table over, and the packaged bundle drafts from
+    it as the original does."""
+    from edge_spec import Engine
+    from edge_spec.bundle import read_manifest
+    from edge_spec.export.mobile import package_bundle
+
+    m = package_bundle(tiny["bundle"], tmp_path / "ort")
+    assert m.ngrams == read_manifest(tiny["bundle"]).ngrams and read_manifest(tmp_path / "ort").ngrams == m.ngrams
+    e = Engine.load(tmp_path / "ort", max_context=128)
+    r = e.generate(PROMPT, {"stop_token_ids": ()}, max_new_tokens=24, draft_length=4)
+    assert r.token_ids == tiny["answer"] and r.stats.table_accepted > 0

@@ -35,6 +35,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
   edge-spec export --target SmolLM2-135M-Instruct.Q4_1.gguf --drafter models/smollm2-eagle3 --out bundles/smol
   edge-spec export --target model.gguf --out bundles/alone      # no drafter yet: prompt-lookup drafts
   edge-spec export --target model.gguf --drafter my-eagle3-head --out bundles/fast   # from edge-spec distill
+  edge-spec export --target model.gguf --drafter my-eagle3-head --out bundles/fast \
+                   --ngrams my-eagle3-head/data/answers.npz   # + drafts from the target's own writing
   edge-spec export --target models/demo/target --drafter models/demo/drafter --out bundles/demo
   edge-spec export --target Qwen/Qwen2.5-1.5B-Instruct --drafter Qwen/Qwen2.5-0.5B-Instruct \\
                    --out bundles/qwen --max-context 4096

@@ -148,11 +148,13 @@ def _convert(tools: _Tools, graph: Path, role_dir: Path) -> Path:
 
 
 def _copy_side_files(src: Path, dest: Path, manifest: Manifest) -> None:
-    """Tokenizer, id map, the target's genai_config.json and the shared weights' files: hard links where the
-    file system allows (they are read-only), else copies."""
+    """Tokenizer, id map, n-gram table, the target's genai_config.json and the shared weights' files: hard links
+    where the file system allows (they are read-only), else copies."""
     files = list(manifest.tokenizer.files) + [t.file for t in manifest.shared_initializers]
     if manifest.vocab_trim is not None:
         files.append(manifest.vocab_trim.id_map)
+    if manifest.ngrams is not None:
+        files.append(manifest.ngrams.file)
     for rel in dict.fromkeys(files):
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
