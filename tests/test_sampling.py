@@ -27,6 +27,41 @@ def test_transform_temperature_top_k_top_p():
         SamplingConfig(1.0, top_p=0.0)
 
 
+def _reference(logits: np.ndarray, cfg: SamplingConfig) -> np.ndarray:
+    """Temperature, top-k, softmax, top-p, min-p over the whole vocabulary, by full sorts (ties at a cut kept)."""
+    out = []
+    for row in logits.astype(np.float64):
+        x = (row - row.max()) / cfg.temperature
+        if 0 < cfg.top_k < len(x):
+            x[x < np.sort(x)[-cfg.top_k]] = -np.inf
+        p = np.exp(x) / np.exp(x).sum()
+        if cfg.top_p < 1.0:
+            desc = np.sort(p)[::-1]
+            p[p < desc[min(int(np.searchsorted(np.cumsum(desc), cfg.top_p * p.sum())), len(p) - 1)]] = 0.0
+            p /= p.sum()
+        if cfg.min_p > 0:
+            p[p < cfg.min_p * p.max()] = 0.0
+            p /= p.sum()
+        out.append(p)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("cfg", [SamplingConfig(0.8, top_k=40, top_p=0.95, min_p=0.05), SamplingConfig(1.0, top_k=5),
+                                 SamplingConfig(0.5, top_k=40, top_p=0.5), SamplingConfig(1.5, top_k=200, min_p=0.3)])
+def test_top_k_works_on_the_kept_tokens_as_on_the_whole_vocabulary(cfg: SamplingConfig) -> None:
+    """probs() with top-k does the later filters on the k kept tokens only (the chat defaults' fast path): same
+    support, same probabilities as a full-vocabulary reference, ties at the k-th value kept."""
+    rng = np.random.default_rng(0)
+    for v, ties in ((49152, False), (1000, True), (300, False)):
+        logits = rng.normal(0, 3, (3, v)).astype(np.float32)
+        if ties:
+            logits = np.round(logits)  # many tokens tied at the cut
+        got = probs(logits, cfg, out=np.empty(logits.shape, np.float32))
+        want = _reference(logits, cfg)
+        assert ((got > 0) == (want > 0)).all()
+        np.testing.assert_allclose(got, want, atol=1e-6)
+
+
 def test_race_never_picks_zero_mass_and_is_keyed_by_position():
     p = np.array([0.0, 0.3, 0.0, 0.7, 0.0])
     noise = Noise(0, len(p))

@@ -71,8 +71,9 @@ def probs(logits: np.ndarray, cfg: SamplingConfig, out: np.ndarray | None = None
     np.subtract(logits, logits.max(axis=-1, keepdims=True), out=out)  # <= 0, the largest exactly 0
     out *= min(1.0 / cfg.temperature, _MAX_INV_TEMPERATURE) if cfg.temperature > 0 else 1.0
     if 0 < cfg.top_k < out.shape[-1]:
-        kth = np.partition(out, -cfg.top_k, axis=-1)[:, -cfg.top_k][:, None]
-        out[out < kth] = -np.inf
+        for row in out:  # the rest of the work on the k kept tokens only, not on the whole vocabulary
+            _top_k_row(row, cfg)
+        return out
     np.exp(out, out=out)
     out /= out.sum(axis=-1, keepdims=True)
     if cfg.top_p < 1.0:
@@ -84,6 +85,26 @@ def probs(logits: np.ndarray, cfg: SamplingConfig, out: np.ndarray | None = None
         out[out < cfg.min_p * out.max(axis=-1, keepdims=True)] = 0.0
         out /= out.sum(axis=-1, keepdims=True)
     return out
+
+
+def _top_k_row(row: np.ndarray, cfg: SamplingConfig) -> None:
+    """One row of :func:`probs` with top-k, in place: ``row`` [V] (tempered logits, max 0) -> probabilities.
+
+    The same filters in the same order as the full-vocabulary path, on the tokens at or above the k-th value (ties
+    kept): softmax, top-p, min-p; every other token gets 0. With the chat defaults (top-k 40, top-p, min-p) this is
+    ~0.1 ms a row instead of several (a partition over 49k mostly-zero probabilities was the slow part)."""
+    kth = np.partition(row, -cfg.top_k)[-cfg.top_k]
+    idx = np.flatnonzero(row >= kth)
+    p = np.exp(row[idx])
+    p /= p.sum()
+    if cfg.top_p < 1.0:
+        p[p < _nucleus_cut(p, cfg.top_p)] = 0.0
+        p /= p.sum()
+    if cfg.min_p > 0.0:
+        p[p < cfg.min_p * p.max()] = 0.0
+        p /= p.sum()
+    row.fill(0.0)
+    row[idx] = p
 
 
 def _nucleus_cut(row: np.ndarray, top_p: float) -> float:
