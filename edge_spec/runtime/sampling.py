@@ -71,19 +71,14 @@ def probs(logits: np.ndarray, cfg: SamplingConfig, out: np.ndarray | None = None
     np.subtract(logits, logits.max(axis=-1, keepdims=True), out=out)  # <= 0, the largest exactly 0
     out *= min(1.0 / cfg.temperature, _MAX_INV_TEMPERATURE) if cfg.temperature > 0 else 1.0
     if 0 < cfg.top_k < out.shape[-1]:
-        for row in out:  # the rest of the work on the k kept tokens only, not on the whole vocabulary
+        for row in out:  # the later filters on the k kept tokens only, not on the whole vocabulary
             _top_k_row(row, cfg)
         return out
     np.exp(out, out=out)
     out /= out.sum(axis=-1, keepdims=True)
-    if cfg.top_p < 1.0:
+    if cfg.top_p < 1.0 or cfg.min_p > 0.0:
         for row in out:
-            cut = _nucleus_cut(row, cfg.top_p)
-            row[row < cut] = 0.0
-            row /= row.sum()
-    if cfg.min_p > 0.0:
-        out[out < cfg.min_p * out.max(axis=-1, keepdims=True)] = 0.0
-        out /= out.sum(axis=-1, keepdims=True)
+            _top_p_min_p(row, cfg)
     return out
 
 
@@ -97,14 +92,20 @@ def _top_k_row(row: np.ndarray, cfg: SamplingConfig) -> None:
     idx = np.flatnonzero(row >= kth)
     p = np.exp(row[idx])
     p /= p.sum()
+    _top_p_min_p(p, cfg)
+    row.fill(0.0)
+    row[idx] = p
+
+
+def _top_p_min_p(p: np.ndarray, cfg: SamplingConfig) -> None:
+    """Top-p, then min-p, in place on one row of probabilities ``p`` [n] (the whole vocabulary or top-k's kept
+    tokens), renormalised after each filter that applies."""
     if cfg.top_p < 1.0:
         p[p < _nucleus_cut(p, cfg.top_p)] = 0.0
         p /= p.sum()
     if cfg.min_p > 0.0:
         p[p < cfg.min_p * p.max()] = 0.0
         p /= p.sum()
-    row.fill(0.0)
-    row[idx] = p
 
 
 def _nucleus_cut(row: np.ndarray, top_p: float) -> float:
