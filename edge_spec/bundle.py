@@ -33,6 +33,7 @@ MANIFEST_NAME = "edge_spec.json"
 FORMAT = "edge-spec-bundle"
 SCHEMA_VERSION = 7
 PRECISIONS = ("int4", "int8", "fp16", "fp32")
+NGRAM_ENTRY_BYTES = 12  # NgramSpec: an 8-byte n-gram hash + a 4-byte token id per entry
 GRAPH_FORMATS = ("onnx", "ort")  # ModelSpec.graph_format: an ONNX protobuf or an ORT-format flatbuffer
 
 
@@ -422,9 +423,9 @@ def _ngrams(data: Any, vocab_size: int) -> NgramSpec | None:
     _at_least(spec.min_n, 1, "ngrams.min_n")
     _at_least(spec.max_n, spec.min_n, "ngrams.max_n")
     _at_least(spec.min_count, 1, "ngrams.min_count")
-    if spec.bytes != 12 * spec.entries:
+    if spec.bytes != NGRAM_ENTRY_BYTES * spec.entries:
         raise BundleError(f"The manifest field 'ngrams.bytes' is {spec.bytes} but {spec.entries} entries take "
-                          f"{12 * spec.entries} (8-byte key + 4-byte id); re-export the bundle.")
+                          f"{NGRAM_ENTRY_BYTES * spec.entries} (8-byte key + 4-byte id); re-export the bundle.")
     return spec
 
 

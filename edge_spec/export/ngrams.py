@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_spec.bundle import NgramSpec
+from edge_spec.bundle import NGRAM_ENTRY_BYTES, NgramSpec
 from edge_spec.errors import EdgeSpecError, ExportError
 from edge_spec.runtime.ngrams import window_hashes
 
@@ -34,9 +34,9 @@ def count_table(seqs: Sequence[tuple[np.ndarray, int]], min_n: int = MIN_N, max_
                 min_count: int = MIN_COUNT, min_share: float = MIN_SHARE) -> tuple[np.ndarray, np.ndarray]:
     """Kept (keys uint64 [E] sorted, next int32 [E]) over ``seqs`` = (ids int [L], prompt length) pairs."""
     hashes, nexts = [], []
+    seqs = [(np.asarray(ids, np.int64), prompt_len) for ids, prompt_len in seqs]
     for n in range(min_n, max_n + 1):
         for ids, prompt_len in seqs:
-            ids = np.asarray(ids, np.int64)
             h = window_hashes(ids[:-1], n)  # h[j]: ids[j:j + n], followed by ids[j + n]
             first = max(prompt_len - n, 0)  # the first window whose next token is an answer token
             if first < len(h):
@@ -87,6 +87,6 @@ def build(files: Sequence[Path], out_dir: Path, target_sha256: str, vocab_size: 
     tokens = sum(len(ids) - pl for ids, pl in seqs)
     say(f"[ngrams] {len(keys):,} n-grams ({MIN_N}..{MAX_N} tokens, continuation seen >= {MIN_COUNT} times and in "
         f">= {MIN_SHARE:.0%} of cases) from {tokens:,} answer tokens of {len(seqs):,} conversations: "
-        f"{12 * len(keys) / 2**20:.1f} MiB")
-    return NgramSpec(file=FILE, entries=int(len(keys)), bytes=12 * int(len(keys)), min_n=MIN_N, max_n=MAX_N,
-                     min_count=MIN_COUNT, min_share=MIN_SHARE, sequences=len(seqs), tokens=int(tokens))
+        f"{NGRAM_ENTRY_BYTES * len(keys) / 2**20:.1f} MiB")
+    return NgramSpec(file=FILE, entries=int(len(keys)), bytes=NGRAM_ENTRY_BYTES * int(len(keys)), min_n=MIN_N,
+                     max_n=MAX_N, min_count=MIN_COUNT, min_share=MIN_SHARE, sequences=len(seqs), tokens=int(tokens))
