@@ -6,7 +6,8 @@ temperature: one plain (AR) run, then both speculative runs, their order alterna
 greedy texts must equal AR's. Reports tokens/s, speculative / AR, tokens per target pass and the share of steps
 that drafted with the model.
 
-    python benchmarks/policy_ab.py --bundle demo --old-rev 4f3d3eb --prompts 20 --tokens 96 --threads 2
+    python benchmarks/policy_ab.py --bundle demo --old-rev 4f3d3eb --prompts 20 --tokens 96 --threads 2 \
+        [--drafting auto|model]
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7])
+    ap.add_argument("--drafting", choices=["auto", "model"], default="auto",
+                    help="auto: hybrid with prompt lookup, as a user gets it (default); model: the drafter alone")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
 
@@ -53,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     from edge_spec.demo import resolve_bundle
 
     bundle = resolve_bundle(args.bundle)
-    engines = {"old": Engine.load(bundle, max_context=1024, threads=args.threads),
-               "new": Engine.load(bundle, max_context=1024, threads=args.threads)}
+    engines = {name: Engine.load(bundle, max_context=1024, threads=args.threads, drafting=args.drafting)
+               for name in ("old", "new")}
     old_cls, e = old_policy_class(args.old_rev), engines["old"]
     e._policy = old_cls(e._policy.max_gamma, free_drafts=e._policy.free_drafts)
     if e._lookup_policy is not None:
@@ -94,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.json:
-        args.json.write_text(json.dumps({"bundle": str(bundle), "old_rev": args.old_rev, "prompts": args.prompts,
+        args.json.write_text(json.dumps({"bundle": str(bundle), "old_rev": args.old_rev, "drafting": args.drafting,
+                                         "prompts": args.prompts,
                                          "tokens": args.tokens, "threads": args.threads, "rows": rows}, indent=2))
     return 0
 

@@ -34,6 +34,7 @@ def lookup_draft(tokens: np.ndarray, n: int, max_len: int, ngram_max: int = 3, n
 
 
 RELAX = 0.2  # how fast an untried depth's acceptance drifts back toward the depth before it (x ema)
+DEEP_EMA = 0.15  # acceptance average of depths >= 2 (γ's length follows bursts of easy text)
 JUDGED = 4  # timed speculative steps after which the realised goodput may switch speculation off
 
 
@@ -45,12 +46,17 @@ class DraftPolicy:
     + a_1 ... a_g, against 1 / t_verify(1) for plain AR, where a_d is the acceptance of the d-th draft
     given the ones before it were accepted — learnt per depth, because it is not constant: a layer
     drafter's rises with depth, a feature drafter's falls (a depth not yet tried takes the value of
-    the one before it). Costs and acceptance are exponential moving averages
-    of what the loop measures; acceptance is per *drafted* token, so a step where the
+    the one before it). Costs and acceptance are exponential moving averages (``ema`` 0.08: ~12 steps; deeper
+    depths' acceptance :data:`DEEP_EMA`) of what the loop measures, the first depth's acceptance a plain running
+    mean over its first 1 / ema drafts (so the optimistic start value is forgotten fast). Slow on purpose: with a
+    drafter accepted ~0.3 of the time whose 2-row verify costs about a 1-row step, 0.15 averages fell below
+    break-even on any run of ~6 rejections or a few slow steps and kept speculation off a third of the time or
+    more (``benchmarks/policy_sim.py --time-noise 0.1``). Acceptance is per *drafted* token, so a step where the
     confidence threshold stopped the drafter before its first token does not count as a
     rejection (that would switch off a drafter whose confident drafts are nearly always right).
     The model cannot see how often the threshold cuts drafts short, so the realised goodput of
-    speculative steps (committed tokens per second) is tracked too: when it falls below the AR
+    speculative steps (committed tokens per second, discounted sums with the same ema) is tracked too: when it
+    falls below the AR
     rate, speculation is switched off; for a drafter model that check needs four timed speculative steps of the
     current run (since the last probe started), so one probe's unlucky step cannot veto a drafter that pays, and a
     probe counts as failed (the wait doubles) when its run is switched off before or by that check.
@@ -64,7 +70,7 @@ class DraftPolicy:
     must cost microseconds.
     """
 
-    def __init__(self, max_gamma: int, fixed: int | None = None, probe_every: int = 16, ema: float = 0.15,
+    def __init__(self, max_gamma: int, fixed: int | None = None, probe_every: int = 16, ema: float = 0.08,
                  free_drafts: bool = False, max_backoff: int = 1024) -> None:
         self.max_gamma = max_gamma
         self.fixed = None if fixed is None else min(fixed, max_gamma)
@@ -78,11 +84,12 @@ class DraftPolicy:
         # start: speculate first, measure, then decide.
         self.accept = [0.6] * (max_gamma + 1)
         self.tried = [False] * (max_gamma + 1)
+        self.seen = [0] * (max_gamma + 1)  # drafts judged at depth d
         self.t_draft = 0.0  # seconds per drafter pass
         self.t_verify: list[float | None] = [None] * (max_gamma + 2)  # seconds of a k-token target pass
         self.steps_since_probe = 0
-        self.spec_tokens = 0.0  # committed tokens per speculative step (EMA)
-        self.spec_time = 0.0  # seconds per speculative step (EMA)
+        self.spec_tokens = 0.0  # committed tokens of the run's speculative steps (sum discounted by 1 - ema a step)
+        self.spec_time = 0.0  # their seconds (same discount): only the ratio is used
         self.spec_steps = 0
         self.probe: list[int] = []  # gammas still to run in the current probe
         # Adaptive: start with plain steps (the first prefills the prompt and is not timed, the
@@ -123,8 +130,12 @@ class DraftPolicy:
             if d <= seen:
                 if not self.tried[d] and d > 1:  # first seen: start from what the depth before it has learnt
                     self.accept[d] = self.accept[d - 1]
-                self.accept[d] = (1 - e) * self.accept[d] + e * (1.0 if d <= accepted else 0.0)
+                # depth 1: a running mean (the guessed start value counting once) until 1 / ema drafts; deeper
+                # depths start from what the depth before them learnt, so an unlucky first draft must not sink them
+                w = max(e, 1.0 / (self.seen[d] + 2)) if d == 1 else DEEP_EMA
+                self.accept[d] = (1 - w) * self.accept[d] + w * (1.0 if d <= accepted else 0.0)
                 self.tried[d] = True
+                self.seen[d] += 1
             elif self.tried[d]:  # deeper than this step reached: drift toward the depth before it, so a low
                 self.accept[d] += RELAX * e * (self.accept[d - 1] - self.accept[d])  # guess is retried
         if timed:
@@ -132,11 +143,11 @@ class DraftPolicy:
             if drafter_passes or gamma:
                 per = t_draft / max(drafter_passes, gamma)
                 self.t_draft = per if self.t_draft == 0 else (1 - e) * self.t_draft + e * per
-                # Goodput of speculative steps as a ratio of averages (tokens / seconds): an
+                # Goodput of speculative steps as a ratio of discounted sums (tokens / seconds): an
                 # average of per-step ratios would overweight the cheap, declined steps.
-                first = self.spec_steps == 0
-                self.spec_tokens = accepted + 1 if first else (1 - e) * self.spec_tokens + e * (accepted + 1)
-                self.spec_time = t_draft + t_verify if first else (1 - e) * self.spec_time + e * (t_draft + t_verify)
+                keep = 0.0 if self.spec_steps == 0 else 1 - e
+                self.spec_tokens = keep * self.spec_tokens + accepted + 1
+                self.spec_time = keep * self.spec_time + t_draft + t_verify
                 self.spec_steps += 1
         if self.fixed is not None:
             return
