@@ -194,3 +194,39 @@ def test_profile_and_ort_genai_composite_on_the_demo_bundle(demo_bundle: Path, t
 
     plain = greedy(target_dir, False)
     assert len(plain) == 12 and greedy(composite, True) == plain
+
+
+def test_rounds_rotate_the_order_and_rows_keep_their_fastest_round(tmp_path, monkeypatch) -> None:
+    """``--rounds``: no system keeps the first slot of every round, and each row is its fastest round's."""
+    import argparse
+    import json
+
+    import vs_llamacpp
+
+    calls: list[str] = []
+    speed = {"edge-spec AR": [50.0, 90.0], "edge-spec speculative": [70.0, 60.0], "llama.cpp AR": [80.0, 85.0],
+             "llama.cpp n-gram": [40.0, 45.0]}
+
+    def fake(name: str):
+        def run(*a, **kw) -> dict:
+            calls.append(name)
+            return {"tokens_per_s": speed[name][sum(c == name for c in calls) - 1]}
+        return run
+
+    def edge(*a, speculative: bool, **kw) -> dict:
+        return fake("edge-spec speculative" if speculative else "edge-spec AR")()
+
+    monkeypatch.setattr(vs_llamacpp, "edge", edge)
+    monkeypatch.setattr(vs_llamacpp.llamacpp, "run",
+                        lambda *a, mode, **kw: fake("llama.cpp AR" if mode == "ar" else "llama.cpp n-gram")())
+    (tmp_path / "edge_spec.json").write_text(json.dumps({"drafter": {"kind": "eagle3"}}))
+    args = argparse.Namespace(tokens=8, repeats=1, threads=1, ort_k=[], bundle=tmp_path, work=tmp_path, edge_spin=False,
+                              context=4096, draft_max=8, llama_poll=None, gguf=Path("t.gguf"), draft_gguf=None,
+                              llama_spec_args="", skip_ort=True, ort_spin=False, rounds=2)
+    speed = {k: v * 2 for k, v in speed.items()}  # greedy and T=0.7 rounds
+    rows, _ = vs_llamacpp.run_systems(args, [[1, 2]])
+    greedy = calls[:8]
+    assert greedy[0] != greedy[4]  # round 2 starts with another system
+    assert rows["edge-spec AR greedy"]["tokens_per_s"] == 90.0
+    assert rows["edge-spec AR greedy"]["rounds_tokens_per_s"] == [50.0, 90.0]
+    assert rows["edge-spec speculative greedy"]["tokens_per_s"] == 70.0
