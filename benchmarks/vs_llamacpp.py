@@ -134,8 +134,8 @@ def run_systems(args: argparse.Namespace, ids: list[list[int]]) -> tuple[dict[st
             ks = args.ort_k if temp == 0 else [max(args.ort_k, key=lambda k: rows.get(
                 f"ORT GenAI speculative k={k} greedy", {}).get("tokens_per_s") or 0)]
             for k in ks:
-                if spec_reason:
-                    rows[f"ORT GenAI speculative k={k} {tag}"] = {"refused": spec_reason}
+                if spec_reason:  # a row in its place in the table, run (instantly) like the others
+                    jobs.append((f"ORT GenAI speculative k={k} {tag}", lambda: {"refused": spec_reason}, (), {}))
                     continue
                 jobs.append((f"ORT GenAI speculative k={k} {tag}", ort_genai, (ort_dirs[k][1], ids),
                              {"k": k, **ort_kw}))
