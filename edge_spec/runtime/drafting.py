@@ -56,10 +56,10 @@ class DraftPolicy:
     rejection (that would switch off a drafter whose confident drafts are nearly always right).
     The model cannot see how often the threshold cuts drafts short, so the realised goodput of
     speculative steps (committed tokens per second, discounted sums with the same ema) is tracked too: when it
-    falls below the AR
-    rate, speculation is switched off; for a drafter model that check needs four timed speculative steps of the
-    current run (since the last probe started), so one probe's unlucky step cannot veto a drafter that pays, and a
-    probe counts as failed (the wait doubles) when its run is switched off before or by that check.
+    falls below the AR rate, speculation is switched off; for a drafter model that check needs four timed
+    speculative steps of the current run (since the last probe started), so one probe's unlucky step cannot veto a
+    drafter that pays, and a probe counts as failed (the wait doubles) when its run is switched off before or by
+    that check.
 
     Probes are cheap by construction, because a useless drafter must cost almost nothing (issue:
     at most 5 % below plain decoding): a probe drafts one token twice (the first step only
@@ -84,7 +84,7 @@ class DraftPolicy:
         # start: speculate first, measure, then decide.
         self.accept = [0.6] * (max_gamma + 1)
         self.tried = [False] * (max_gamma + 1)
-        self.seen = [0] * (max_gamma + 1)  # drafts judged at depth d
+        self.judged_first = 0  # first drafts judged so far
         self.t_draft = 0.0  # seconds per drafter pass
         self.t_verify: list[float | None] = [None] * (max_gamma + 2)  # seconds of a k-token target pass
         self.steps_since_probe = 0
@@ -132,10 +132,10 @@ class DraftPolicy:
                     self.accept[d] = self.accept[d - 1]
                 # depth 1: a running mean (the guessed start value counting once) until 1 / ema drafts; deeper
                 # depths start from what the depth before them learnt, so an unlucky first draft must not sink them
-                w = max(e, 1.0 / (self.seen[d] + 2)) if d == 1 else DEEP_EMA
+                w = max(e, 1.0 / (self.judged_first + 2)) if d == 1 else DEEP_EMA
                 self.accept[d] = (1 - w) * self.accept[d] + w * (1.0 if d <= accepted else 0.0)
                 self.tried[d] = True
-                self.seen[d] += 1
+                self.judged_first += d == 1
             elif self.tried[d]:  # deeper than this step reached: drift toward the depth before it, so a low
                 self.accept[d] += RELAX * e * (self.accept[d - 1] - self.accept[d])  # guess is retried
         if timed:
