@@ -48,6 +48,8 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
         load_kwargs["threads"] = int(spec["threads"])
     if spec.get("spin"):
         load_kwargs["spin"] = True
+    if spec.get("drafting"):
+        load_kwargs["drafting"] = spec["drafting"]
     try:
         engine = Engine.load(spec["bundle"], **load_kwargs)
     except EdgeSpecError as exc:

@@ -4,7 +4,10 @@
         [--tokens 128] [--prompts 8] [--repeats 2] [--rounds 1] [--threads 2] [--context N]
 
 Systems (each in its own process, so peak RSS is its own), greedy and T=0.7:
-* edge-spec AR (drafting off) and speculative (adaptive draft length), through ``Engine`` (edge.py);
+* edge-spec AR (the speculative engine with ``speculative=False``: the reference greedy speculative decoding must
+  equal, its 1-token passes padded to the graph's batch-invariant rows), speculative (adaptive draft length), and
+  plain (``drafting="none"``, what ``edge-spec generate --no-speculation`` loads: no drafter, 1-row passes),
+  through ``Engine`` (edge.py);
 * llama.cpp (``llama-server`` fed token ids): AR, draft-model speculative decoding with the
   edge-spec drafter converted to GGUF (``--draft-gguf``, benchmarks/drafter_to_gguf.sh), and its
   n-gram lookup mode (``ngram-simple``);
@@ -62,10 +65,12 @@ def guarded(fn, *args: Any, **kwargs: Any) -> dict[str, Any]:
 
 
 def edge(bundle: Path, ids: list[list[int]], *, tokens: int, temperature: float, repeats: int, threads: int,
-         speculative: bool, budget: int | str | None = None, spin: bool = False) -> dict[str, Any]:
+         speculative: bool, budget: int | str | None = None, spin: bool = False,
+         drafting: str | None = None) -> dict[str, Any]:
+    """``drafting="none"``: the engine ``edge-spec generate --no-speculation`` loads (no drafter; 1-row passes)."""
     spec = {"module": "edge", "bundle": str(bundle), "prompt_ids": ids, "max_new_tokens": tokens,
             "temperature": temperature, "repeats": repeats, "warmup": 1, "threads": threads,
-            "speculative": speculative, "budget": budget, "ignore_stop": True, "spin": spin}
+            "speculative": speculative, "budget": budget, "ignore_stop": True, "spin": spin, "drafting": drafting}
     return measure(spec)
 
 
@@ -112,7 +117,9 @@ def run_systems(args: argparse.Namespace, ids: list[list[int]]) -> tuple[dict[st
         edge_kw = {"temperature": temp, "spin": args.edge_spin, **common}
         jobs: list[tuple[str, Any, tuple, dict]] = [
             (f"edge-spec AR {tag}", edge, (args.bundle, ids), {"speculative": False, **edge_kw}),
-            (f"edge-spec speculative {tag}", edge, (args.bundle, ids), {"speculative": True, **edge_kw})]
+            (f"edge-spec speculative {tag}", edge, (args.bundle, ids), {"speculative": True, **edge_kw}),
+            (f"edge-spec plain {tag}", edge, (args.bundle, ids), {"speculative": False, "drafting": "none",
+                                                                  **edge_kw})]
         if args.context is None:  # the same context as edge-spec's plan, so peak RSS compares like with like
             run_round(jobs[1:], 0)
             args.context = vs_targets.plan_context(rows[f"edge-spec speculative {tag}"]) or 4096

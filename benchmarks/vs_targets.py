@@ -262,6 +262,11 @@ def targets(rows: dict[str, dict[str, Any]], info: dict[str, Any], sweep: dict[s
               default="ORT GenAI speculative greedy")  # its fastest max_draft_tokens
     ratio("edge-spec speculative / ORT GenAI speculative (same graphs, fastest k), greedy", sd, ort, 1.3, ort_reason)
     ratio("edge-spec AR / llama.cpp AR, greedy", "edge-spec AR greedy", "llama.cpp AR greedy", 1.0)
+    if "edge-spec plain greedy" in rows:  # what --no-speculation runs
+        ratio("edge-spec plain (--no-speculation) / llama.cpp AR, greedy", "edge-spec plain greedy",
+              "llama.cpp AR greedy", 1.0)
+        ratio("edge-spec plain (--no-speculation) / ORT GenAI AR, greedy", "edge-spec plain greedy",
+              "ORT GenAI AR greedy", 1.0, ort_reason)
     a, b = rows.get(sd, {}), rows.get("llama.cpp AR greedy", {})
     if "peak_rss" in a and "peak_rss" in b and "error" not in a:
         r = a["peak_rss"] / b["peak_rss"]

@@ -205,7 +205,7 @@ def test_rounds_rotate_the_order_and_rows_keep_their_fastest_round(tmp_path, mon
 
     calls: list[str] = []
     speed = {"edge-spec AR": [50.0, 90.0], "edge-spec speculative": [70.0, 60.0], "llama.cpp AR": [80.0, 85.0],
-             "llama.cpp n-gram": [40.0, 45.0]}
+             "llama.cpp n-gram": [40.0, 45.0], "edge-spec plain": [95.0, 99.0]}
 
     def fake(name: str):
         def run(*a, **kw) -> dict:
@@ -213,8 +213,9 @@ def test_rounds_rotate_the_order_and_rows_keep_their_fastest_round(tmp_path, mon
             return {"tokens_per_s": speed[name][sum(c == name for c in calls) - 1]}
         return run
 
-    def edge(*a, speculative: bool, **kw) -> dict:
-        return fake("edge-spec speculative" if speculative else "edge-spec AR")()
+    def edge(*a, speculative: bool, drafting: str | None = None, **kw) -> dict:
+        return fake("edge-spec speculative" if speculative else "edge-spec plain" if drafting == "none"
+                    else "edge-spec AR")()
 
     monkeypatch.setattr(vs_llamacpp, "edge", edge)
     monkeypatch.setattr(vs_llamacpp.llamacpp, "run",
@@ -225,8 +226,9 @@ def test_rounds_rotate_the_order_and_rows_keep_their_fastest_round(tmp_path, mon
                               llama_spec_args="", skip_ort=True, ort_spin=False, rounds=2)
     speed = {k: v * 2 for k, v in speed.items()}  # greedy and T=0.7 rounds
     rows, _ = vs_llamacpp.run_systems(args, [[1, 2]])
-    greedy = calls[:8]
-    assert greedy[0] != greedy[4]  # round 2 starts with another system
+    greedy = calls[:10]
+    assert greedy[0] != greedy[5]  # round 2 starts with another system
+    assert rows["edge-spec plain greedy"]["tokens_per_s"] == 99.0
     assert rows["edge-spec AR greedy"]["tokens_per_s"] == 90.0
     assert rows["edge-spec AR greedy"]["rounds_tokens_per_s"] == [50.0, 90.0]
     assert rows["edge-spec speculative greedy"]["tokens_per_s"] == 70.0
