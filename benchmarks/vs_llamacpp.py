@@ -121,7 +121,7 @@ def run_systems(args: argparse.Namespace, ids: list[list[int]]) -> tuple[dict[st
             (f"edge-spec plain {tag}", edge, (args.bundle, ids), {"speculative": False, "drafting": "none",
                                                                   **edge_kw})]
         if args.context is None:  # the same context as edge-spec's plan, so peak RSS compares like with like
-            run_round(jobs[1:], 0)
+            run_round(jobs[1:2], 0)  # the speculative row alone, measured again in the rounds
             args.context = vs_targets.plan_context(rows[f"edge-spec speculative {tag}"]) or 4096
             log(f"llama.cpp context {args.context} (edge-spec's planned context)")
             rows.clear()

@@ -232,3 +232,9 @@ def test_rounds_rotate_the_order_and_rows_keep_their_fastest_round(tmp_path, mon
     assert rows["edge-spec AR greedy"]["tokens_per_s"] == 90.0
     assert rows["edge-spec AR greedy"]["rounds_tokens_per_s"] == [50.0, 90.0]
     assert rows["edge-spec speculative greedy"]["tokens_per_s"] == 70.0
+    calls.clear()
+    speed = {k: v * 4 for k, v in speed.items()}
+    args.context = None  # found from the speculative row's plan first: that row alone runs once more
+    vs_llamacpp.run_systems(args, [[1, 2]])
+    assert calls[0] == "edge-spec speculative" and calls[1:].count("edge-spec speculative") == 4
+    assert calls.count("edge-spec plain") == 4  # 2 rounds x 2 temperatures, no probe run
