@@ -506,3 +506,36 @@ def test_bf16_generation_runs_the_decoder_in_bfloat16_and_the_head_in_float32(ti
         distill(replace(_config(tiny_target, out), precision=precision, data_only=True), _quiet)
         sides = [json.loads(p.read_text()) for p in sorted((out / "data").glob("gen_*.json"))]
         assert sides and {s["precision"] for s in sides} == {precision}
+
+
+def test_generation_keeps_the_features_a_teacher_forced_pass_computes(tiny_target, tmp_path):
+    """An EAGLE-3 run keeps the target's aux features as its text is written (left-padded batch, KV cache): they
+    are the teacher-forced pass's features, and the run's feature pass then has nothing left to compute."""
+    from edge_spec.distill.data import Sequence, generate
+    from edge_spec.distill.features import FeatureWriter, extract_features
+    from edge_spec.distill.target import render
+
+    t = load_target(tiny_target)
+    aux = (0, 2, 4)
+    prompts = [render(t.tokenizer, [{"role": "user", "content": q}])
+               for q in ("Hi", "Tell me about the sea, the sky and the mountains", "Why?")]
+    for temp in (0.0, 1.0):
+        res = generate(t.model, prompts, temp, 10, (1, 2, 7), 4, 5, 0, aux=aux)
+        seqs = [Sequence(np.concatenate([np.asarray(p, np.int32), r["answer"]]), len(p), temp, r["topk_ids"],
+                         r["topk_logits"], r["lse"]) for p, r in zip(prompts, res, strict=True)]
+        assert all(r["features"].shape == (len(s.ids), 3 * 64) for r, s in zip(res, seqs, strict=True))
+        gen_dir = tmp_path / f"gen{temp}"
+        FeatureWriter(gen_dir, aux, 40, "t").write([(s.ids, s.prompt_len) for s in seqs], [r["features"] for r in res])
+        logs: list[str] = []
+        kept = extract_features(t.model, seqs, aux, gen_dir, 40, logs.append, target_sha256="t", shared=True)
+        assert not any(m.startswith("features:") for m in logs)
+        fresh = extract_features(t.model, seqs, aux, tmp_path / f"fresh{temp}", 40, _quiet, target_sha256="t")
+        for i, s in enumerate(seqs):
+            a, b = kept.get(i, 40).astype(np.float32), fresh.get(i, 40).astype(np.float32)
+            assert a.shape == b.shape == (min(len(s.ids), 40), 3 * 64)
+            np.testing.assert_allclose(a, b, rtol=1e-2, atol=1e-2 * float(np.abs(b).max()))
+
+    logs = []
+    distill(_eagle(tiny_target, tmp_path / "run", steps=1), logs.append)
+    assert not any(m.startswith("features:") for m in logs), [m for m in logs if m.startswith("features:")]
+    assert list((tmp_path / "run" / "features").glob("feat-*.idx.npz"))

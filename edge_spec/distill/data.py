@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -40,6 +41,9 @@ import torch
 from edge_spec.distill import prompts as P
 from edge_spec.distill.memory import release_freed
 from edge_spec.distill.target import Target, render
+
+if TYPE_CHECKING:
+    from edge_spec.distill.features import FeatureWriter
 
 TEMPERATURES = (0.0, 0.7, 1.0)
 EVAL_TEMPERATURE = 0.7  # the second logsumexp column; the T=0.7 acceptance is measured with it
@@ -98,24 +102,42 @@ def bf16_body(model: torch.nn.Module, enabled: bool) -> Iterator[None]:
 @torch.no_grad()
 def generate(model: torch.nn.Module, prompts: list[list[int]], temperature: float, max_new: int,
              stop_ids: tuple[int, ...], top_k: int, seed: int, pad_id: int,
-             bf16: bool = False) -> list[dict[str, np.ndarray]]:
+             bf16: bool = False, aux: tuple[int, ...] | None = None) -> list[dict[str, np.ndarray]]:
     """Continue each prompt; return per sequence its answer ids [L] and teacher top-k / logsumexp [L, ...].
 
     The answer ends with (and includes) the first stop token, or after ``max_new`` tokens. ``bf16``: the
-    decoder's matmuls in bfloat16 (:func:`bf16_body`)."""
-    with bf16_body(model, bf16):
-        return _generate(model, prompts, temperature, max_new, stop_ids, top_k, seed, pad_id)
+    decoder's matmuls in bfloat16 (:func:`bf16_body`). ``aux``: also return ``features`` float16 [P + L, n_aux *
+    hidden], the residual streams entering those layers (``features._aux_hooks``) at every prompt and answer
+    position, as the writing computed them — an EAGLE-3 run then needs no feature pass over this text."""
+    from edge_spec.distill.features import _aux_hooks  # features.py imports this module
+
+    store: dict[int, torch.Tensor] = {}
+    handles = _aux_hooks(model, aux, store) if aux else []
+    try:
+        with bf16_body(model, bf16):
+            return _generate(model, prompts, temperature, max_new, stop_ids, top_k, seed, pad_id,
+                             (aux, store) if aux else None)
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def _generate(model: torch.nn.Module, prompts: list[list[int]], temperature: float, max_new: int,
-              stop_ids: tuple[int, ...], top_k: int, seed: int, pad_id: int) -> list[dict[str, np.ndarray]]:
+              stop_ids: tuple[int, ...], top_k: int, seed: int, pad_id: int,
+              capture: tuple[tuple[int, ...], dict[int, torch.Tensor]] | None) -> list[dict[str, np.ndarray]]:
     device = next(model.parameters()).device
+
+    def features() -> np.ndarray:  # [B, S, n_aux * H] float16 of the pass just run (numpy: autocast stacks no fp16)
+        aux, store = capture
+        return np.concatenate([store[j].float().cpu().numpy() for j in aux], -1).astype(np.float16)
     gen = torch.Generator(device=device).manual_seed(seed)
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], device=device)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+    prefill = features() if capture else None
+    fed: list[np.ndarray] = []  # features of each answer token once it is fed back [B, n_aux * H]
     stops = torch.tensor(stop_ids, device=device)
     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     steps: list[tuple[torch.Tensor, ...]] = []
@@ -129,13 +151,18 @@ def _generate(model: torch.nn.Module, prompts: list[list[int]], temperature: flo
             nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=gen)[:, 0]
         steps.append((nxt, top_i, top_v, lse, done.clone()))
         done |= torch.isin(nxt, stops)
-        if bool(done.all()):
+        if bool(done.all()) and not capture:
             break
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
         pos = pos[:, -1:] + 1
         out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos,
                     past_key_values=out.past_key_values, use_cache=True)
+        if capture:
+            fed.append(features()[:, -1])
+            if bool(done.all()):  # the last answer tokens were fed for their features: stop here
+                break
     nxt, top_i, top_v, lse, was_done = (torch.stack(t, 1).cpu() for t in zip(*steps))  # [B, steps, ...]
+    answer_feats = np.stack(fed, 1) if capture else None  # [B, steps, n_aux * H]
     results = []
     for b in range(len(prompts)):
         n = int((~was_done[b]).sum())  # positions generated before this row stopped
@@ -143,6 +170,8 @@ def _generate(model: torch.nn.Module, prompts: list[list[int]], temperature: flo
                         "topk_ids": top_i[b, :n].numpy().astype(np.int32),
                         "topk_logits": top_v[b, :n].numpy().astype(np.float16),
                         "lse": lse[b, :n].numpy().astype(np.float32)})
+        if capture:
+            results[-1]["features"] = np.concatenate([prefill[b, width - len(prompts[b]):], answer_feats[b, :n]])
     return results
 
 
@@ -173,8 +202,11 @@ def _pad_id(target: Target) -> int:
 
 
 def _run_job(target: Target, cfg: DataConfig, path: Path, convs: list[dict], temp: float, max_new: int,
-             seed: int) -> float:
-    """Generate one shard for ``convs`` (each {"messages": [...], "heldout": bool}); return seconds spent."""
+             seed: int, features: FeatureWriter | None = None) -> float:
+    """Generate one shard for ``convs`` (each {"messages": [...], "heldout": bool}); return seconds spent.
+
+    ``features``: also keep the target's aux features of the text, as computed while writing it (a feature
+    segment, written before the shard: a shard never lacks its segment for lack of time)."""
     t0 = time.time()
     tok = target.tokenizer
     keep = []
@@ -183,7 +215,10 @@ def _run_job(target: Target, cfg: DataConfig, path: Path, convs: list[dict], tem
         if len(ids) <= cfg.max_prompt_tokens:
             keep.append((c, ids))
     results = generate(target.model, [ids for _, ids in keep], temp, max_new, target.stop_ids, cfg.top_k, seed,
-                       _pad_id(target), cfg.bf16)
+                       _pad_id(target), cfg.bf16, features.aux if features else None)
+    if features is not None:
+        features.write([(np.concatenate([np.asarray(ids, np.int32), r["answer"]]), len(ids))
+                        for (_, ids), r in zip(keep, results)], [r.pop("features") for r in results])
     out_convs = []
     for (c, _), r in zip(keep, results):
         text = tok.decode(r["answer"].tolist(), skip_special_tokens=True)
@@ -247,10 +282,11 @@ def shard_seconds(data_dir: Path) -> float:
 
 
 def generate_data(target: Target, cfg: DataConfig, data_dir: Path, seconds: float | None,
-                  log: Callable[[str], None] = print) -> list[Path]:
+                  log: Callable[[str], None] = print, features: FeatureWriter | None = None) -> list[Path]:
     """Write shards into ``data_dir`` until ``cfg.max_jobs`` or ``seconds`` (wall clock, counting earlier runs).
 
-    Returns the shard paths in job order. A ``done.json`` marks the data as final."""
+    Returns the shard paths in job order. A ``done.json`` marks the data as final. ``features``: keep the aux
+    features of every training text as it is written (:func:`_run_job`)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     done_file = data_dir / "done.json"
     if done_file.exists():
@@ -276,7 +312,7 @@ def generate_data(target: Target, cfg: DataConfig, data_dir: Path, seconds: floa
             if out_of_budget():
                 break
             last[0] = _run_job(target, cfg, path, [_user(r, cfg) for r in requests[i:i + cfg.batch]], 1.0,
-                               cfg.self_instruct_tokens, cfg.seed * 1000003 + 7919 * j + 1)
+                               cfg.self_instruct_tokens, cfg.seed * 1000003 + 7919 * j + 1, features)
             spent += last[0]
             log(f"data: {path.name} written ({spent:.0f}s{of} of generation so far)")
         shards.append(path)
@@ -309,7 +345,8 @@ def generate_data(target: Target, cfg: DataConfig, data_dir: Path, seconds: floa
             convs = [_user(t, cfg) for t in pool[cursor:cursor + cfg.batch]]
             cursor += cfg.batch
         if not path.exists():
-            last[0] = _run_job(target, cfg, path, convs, temp, cfg.max_new_tokens, cfg.seed * 1000003 + 7919 * j + 2)
+            last[0] = _run_job(target, cfg, path, convs, temp, cfg.max_new_tokens, cfg.seed * 1000003 + 7919 * j + 2,
+                               features)
             spent += last[0]
             log(f"data: {path.name} (T={temp}, {len(convs)} prompts, {last[0] / max(len(convs), 1):.1f}s/answer) "
                 f"written ({spent:.0f}s{of} of generation so far)")
@@ -335,7 +372,8 @@ def _pool(cfg: DataConfig, data_dir: Path) -> list[str]:
     return pool
 
 
-def generate_eval(target: Target, cfg: DataConfig, data_dir: Path, log: Callable[[str], None] = print) -> list[Path]:
+def generate_eval(target: Target, cfg: DataConfig, data_dir: Path, log: Callable[[str], None] = print,
+                  features: FeatureWriter | None = None) -> list[Path]:
     """Evaluation shards: ``cfg.eval_prompts`` held-out prompts answered at T=0 and at T=0.7.
 
     Taken from the END of the pool, which the training jobs (reading from its start) have not reached, so
@@ -348,7 +386,8 @@ def generate_eval(target: Target, cfg: DataConfig, data_dir: Path, log: Callable
         path = data_dir / f"eval_{j:05d}.npz"
         if not path.exists():
             convs = [{"messages": [{"role": "user", "content": t}], "heldout": True} for t in held]
-            sec = _run_job(target, cfg, path, convs, temp, cfg.max_new_tokens, cfg.seed * 1000003 + 7919 * j + 3)
+            sec = _run_job(target, cfg, path, convs, temp, cfg.max_new_tokens, cfg.seed * 1000003 + 7919 * j + 3,
+                           features)
             log(f"data: {path.name} (T={temp}, {len(convs)} held-out prompts) written in {sec:.0f}s")
         paths.append(path)
     return paths

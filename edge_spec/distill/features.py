@@ -59,12 +59,40 @@ class FeatureStore:
 
 def sequence_keys(seqs: list[Sequence], max_len: int) -> np.ndarray:
     """[n, 16] uint8: a hash of each sequence's prompt length and first ``max_len`` ids (what its rows depend on)."""
+    return _keys([(s.ids, s.prompt_len) for s in seqs], max_len)
+
+
+def _keys(seqs: list[tuple[np.ndarray, int]], max_len: int) -> np.ndarray:
     out = np.empty((len(seqs), _KEY), np.uint8)
-    for i, s in enumerate(seqs):
-        h = hashlib.sha256(np.int64(s.prompt_len).tobytes())
-        h.update(np.asarray(s.ids[:max_len], np.int32).tobytes())
+    for i, (ids, prompt_len) in enumerate(seqs):
+        h = hashlib.sha256(np.int64(prompt_len).tobytes())
+        h.update(np.asarray(ids[:max_len], np.int32).tobytes())
         out[i] = np.frombuffer(h.digest()[:_KEY], np.uint8)
     return out
+
+
+class FeatureWriter:
+    """Where generation puts the features it computed while writing (``data.generate(aux=...)``): one segment per
+    data job, in the namespace :func:`extract_features` reads, so the text a run writes needs no feature pass."""
+
+    def __init__(self, out_dir: Path, aux: tuple[int, ...], max_len: int, target_sha256: str) -> None:
+        self.out_dir, self.aux, self.max_len = Path(out_dir), tuple(aux), max_len
+        self.ns = _namespace(self.aux, max_len, target_sha256)
+
+    def write(self, seqs: list[tuple[np.ndarray, int]], feats: list[np.ndarray]) -> Path:
+        """``seqs`` (ids [L], prompt length) with ``feats`` [>= min(L, max_len), dim] float16 each -> a segment."""
+        keys = _keys(seqs, self.max_len)
+        lens = np.array([min(len(ids), self.max_len) for ids, _ in seqs], np.int64)
+        stem = self.out_dir / f"feat-{self.ns}-{hashlib.sha256(keys.tobytes()).hexdigest()[:16]}"
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        tmp = stem.with_suffix(".f16.tmp")
+        with open(tmp, "wb") as f:
+            for n, x in zip(lens, feats, strict=True):
+                f.write(np.ascontiguousarray(x[:n], np.float16).tobytes())
+        os.replace(tmp, stem.with_suffix(".f16"))
+        rows = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+        _write_npz(stem.with_name(stem.name + ".idx.npz"), keys=keys, rows=rows)  # last: the segment is whole
+        return stem
 
 
 def _namespace(aux: tuple[int, ...], max_len: int, target_sha256: str) -> str:
@@ -120,8 +148,8 @@ def extract_features(model: torch.nn.Module, seqs: list[Sequence], aux: tuple[in
         for f in [*out_dir.glob("features_*.f16"), *out_dir.glob("features_*.npz"), *out_dir.glob("*.tmp")]:
             f.unlink()
     if len(missing):
-        log(f"features: {len(seqs) - len(missing):,} of {len(seqs):,} sequences kept from earlier runs; "
-            f"computing {len(missing):,}")
+        log(f"features: {len(seqs) - len(missing):,} of {len(seqs):,} sequences kept (written with the text or by "
+            f"earlier runs); computing {len(missing):,}")
         stems.append(_compute_segment(model, [seqs[i] for i in missing], keys[missing], lens[missing], aux, dim,
                                       out_dir, ns, log, batch_tokens, teacher_top_k))
         seg[missing] = len(stems) - 1

@@ -16,6 +16,7 @@ from edge_spec.distill.data import DataConfig, generate_data, generate_eval, loa
 from edge_spec.distill.drafter import build_drafter, save_drafter, spread_layers
 from edge_spec.distill.eagle_run import prior_head, run_aux_layers, train_eagle
 from edge_spec.distill.eagle_train import EagleTrainConfig
+from edge_spec.distill.features import FeatureWriter
 from edge_spec.distill.memory import cap_primitive_cache
 from edge_spec.distill.prompts import read_prompt_file
 from edge_spec.distill.target import load_target
@@ -165,8 +166,12 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
         shards, data_seconds = list(answers), 0.0
     else:
         data_budget = cfg.minutes * 60 * cfg.data_share if cfg.minutes else None
-        shards = generate_data(target, data_cfg, cfg.out / "data", data_budget, log)
-        shards += generate_eval(target, data_cfg, cfg.out / "data", log)
+        # an EAGLE-3 head reads the target's features of this text: kept as it is written, no pass over it later
+        writer = None if cfg.kind != "eagle3" or cfg.data_only else FeatureWriter(
+            Path(cfg.features) if cfg.features is not None else cfg.out / "features",
+            run_aux_layers(cfg, n_target), cfg.eagle.max_len, target.sha256)
+        shards = generate_data(target, data_cfg, cfg.out / "data", data_budget, log, writer)
+        shards += generate_eval(target, data_cfg, cfg.out / "data", log, writer)
         data_seconds = shard_seconds(cfg.out / "data")
         train_seqs, held_seqs = load_sequences(shards)
         packed = cfg.out / "data" / "answers.npz"
