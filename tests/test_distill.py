@@ -539,3 +539,36 @@ def test_generation_keeps_the_features_a_teacher_forced_pass_computes(tiny_targe
     distill(_eagle(tiny_target, tmp_path / "run", steps=1), logs.append)
     assert not any(m.startswith("features:") for m in logs), [m for m in logs if m.startswith("features:")]
     assert list((tmp_path / "run" / "features").glob("feat-*.idx.npz"))
+
+
+def test_a_time_budget_holds_when_training_steps_slow_down(tiny_target, tmp_path, monkeypatch):
+    """A time budget holds: the step count is re-planned as steps slow down (a 60-minute first hour ran 65 when it
+    was planned once from the first 5 steps)."""
+    import time
+
+    from edge_spec.distill import eagle_train, ids
+    from edge_spec.distill.features import aux_scale, extract_features
+
+    distill(replace(_config(tiny_target, tmp_path / "data", 1), data_only=True), _quiet)
+    train_seqs, held, _ = ids.read(tmp_path / "data" / "data" / "answers.npz")
+    model = load_target(tiny_target).model
+    aux = (1, 2, 4)
+    store = extract_features(model, train_seqs + held, aux, tmp_path / "f", 48, _quiet, teacher_top_k=8)
+    scale = aux_scale(store, len(aux))
+    kept = eagle_train.choose_vocab(train_seqs, model.config.vocab_size, 300)
+    head = eagle_train.init_head(model, eagle_train.head_config(model, aux, len(kept)), kept, scale)
+    real, calls = eagle_train._loss, [0]
+
+    def slower(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] > 5:  # after the steps the first plan is made from
+            time.sleep(0.03)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(eagle_train, "_loss", slower)
+    cfg = eagle_train.EagleTrainConfig(batch_seqs=4, eval_every=20, max_len=48, eval_batch=4)
+    t0 = time.time()
+    report = eagle_train.train_head(head, model.model.embed_tokens, train_seqs, held, store, scale, cfg,
+                                    tmp_path / "ckpt", 4.0, _quiet)
+    assert time.time() - t0 <= 4.0 * 1.2 and report["seconds"] <= 4.0 * 1.2, report["seconds"]
+    assert report["steps"] > 20

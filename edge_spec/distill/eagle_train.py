@@ -33,6 +33,7 @@ from edge_spec.distill.data import EVAL_TEMPERATURE, Sequence
 from edge_spec.distill.eagle import Eagle3Config, Eagle3Head
 from edge_spec.distill.features import FeatureStore
 from edge_spec.distill.memory import TRIM_EVERY, release_freed
+from edge_spec.distill.train import REPLAN_EVERY
 
 
 @dataclass(frozen=True)
@@ -259,13 +260,20 @@ def train_head(head: Eagle3Head, embed: torch.nn.Module, train: list[Sequence], 
         eval_seconds = time.time() - t0
         log(f"train: step 0 {_fmt(history[-1])}")
     t_steps = time.time()  # the step rate is measured on training steps only
+    budgeted = seconds is not None and cfg.steps is None  # a time budget sets (and keeps re-setting) the step count
     while planned is None or step < planned:
         elapsed = time.time() - t0
-        if planned is None and seconds is not None and done_here >= 5:
-            rate = (time.time() - t_steps) / done_here + eval_seconds / cfg.eval_every
-            planned = step + max(1, int((seconds - spent - elapsed) / rate))
-            log(f"train: {rate:.2f} s/step (evaluations included) -> {planned} steps in "
-                f"{(seconds - spent) / 60:.1f} min")
+        if budgeted and done_here >= 5 and (planned is None or done_here % REPLAN_EVERY == 0):
+            # steps slow down as the run goes (longer batches, a warm machine): the first 5 steps' rate planned a
+            # 60-minute run 9 % too long, so the count is re-planned from the rate so far, evaluations included,
+            # keeping one evaluation's time for the final one
+            evals_inside = done_here >= cfg.eval_every
+            rate = (time.time() - t_steps) / done_here + (0.0 if evals_inside else eval_seconds / cfg.eval_every)
+            new = step + max(1, int((seconds - spent - elapsed - eval_seconds) / rate))
+            if planned is None or abs(new - planned) > 0.02 * planned:
+                log(f"train: {rate:.2f} s/step (evaluations included) -> {new} steps in "
+                    f"{(seconds - spent) / 60:.1f} min")
+            planned = new
         if planned is None and seconds is not None and spent + elapsed >= seconds:
             break
         order = np.random.default_rng([cfg.seed, step // per_epoch]).permutation(len(train))

@@ -31,6 +31,8 @@ from edge_spec.distill.data import EVAL_TEMPERATURE, Sequence
 from edge_spec.distill.drafter import trainable_state
 from edge_spec.distill.memory import TRIM_EVERY, release_freed
 
+REPLAN_EVERY = 50  # training steps between re-plans of a time-budgeted run's step count
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -179,10 +181,14 @@ def train(drafter: torch.nn.Module, train_seqs: list[Sequence], held: list[Seque
         tokens += len(batch["b"])
         elapsed = time.time() - t0
         rate = elapsed / (step - step0)  # seconds per step in this run
-        if planned is None and step - step0 == 3:  # time budget: the schedule length follows from the first steps
+        done = step - step0
+        if seconds is not None and cfg.steps is None and (done == 3 or (done > 3 and done % REPLAN_EVERY == 0)):
+            # time budget: the schedule length follows from the steps so far, re-planned as they slow down
             left = seconds - spent - elapsed - 2 * t_eval  # the last periodic evaluation and the final one
-            planned = max(step + 1, step + int(left / (rate + t_eval / cfg.eval_every)))
-            log(f"train: {rate:.1f} s/step -> {planned} steps in {(seconds - spent) / 60:.1f} min")
+            new = max(step + 1, step + int(left / (rate + t_eval / cfg.eval_every)))
+            if planned is None or abs(new - planned) > 0.02 * planned:
+                log(f"train: {rate:.1f} s/step -> {new} steps in {(seconds - spent) / 60:.1f} min")
+            planned = new
         if step % cfg.eval_every == 0 or step == planned:
             history.append({"step": step, "loss": round(loss_value, 4), **evaluate(drafter, held, cfg)})
             log(f"train: step {step} {_fmt(history[-1])}")
