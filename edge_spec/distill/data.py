@@ -151,7 +151,8 @@ def _generate(model: torch.nn.Module, prompts: list[list[int]], temperature: flo
             nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=gen)[:, 0]
         steps.append((nxt, top_i, top_v, lse, done.clone()))
         done |= torch.isin(nxt, stops)
-        if bool(done.all()) and not capture:
+        finished = bool(done.all())
+        if finished and not capture:
             break
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
         pos = pos[:, -1:] + 1
@@ -159,7 +160,7 @@ def _generate(model: torch.nn.Module, prompts: list[list[int]], temperature: flo
                     past_key_values=out.past_key_values, use_cache=True)
         if capture:
             fed.append(features()[:, -1])
-            if bool(done.all()):  # the last answer tokens were fed for their features: stop here
+            if finished:  # the last answer tokens were fed for their features: stop here
                 break
     nxt, top_i, top_v, lse, was_done = (torch.stack(t, 1).cpu() for t in zip(*steps))  # [B, steps, ...]
     answer_feats = np.stack(fed, 1) if capture else None  # [B, steps, n_aux * H]

@@ -83,16 +83,25 @@ class FeatureWriter:
         """``seqs`` (ids [L], prompt length) with ``feats`` [>= min(L, max_len), dim] float16 each -> a segment."""
         keys = _keys(seqs, self.max_len)
         lens = np.array([min(len(ids), self.max_len) for ids, _ in seqs], np.int64)
-        stem = self.out_dir / f"feat-{self.ns}-{hashlib.sha256(keys.tobytes()).hexdigest()[:16]}"
+        stem = _new_stem(self.out_dir, self.ns, keys)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         tmp = stem.with_suffix(".f16.tmp")
         with open(tmp, "wb") as f:
             for n, x in zip(lens, feats, strict=True):
                 f.write(np.ascontiguousarray(x[:n], np.float16).tobytes())
         os.replace(tmp, stem.with_suffix(".f16"))
-        rows = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
-        _write_npz(stem.with_name(stem.name + ".idx.npz"), keys=keys, rows=rows)  # last: the segment is whole
+        _write_index(stem, keys, np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64))
         return stem
+
+
+def _new_stem(out_dir: Path, ns: str, keys: np.ndarray) -> Path:
+    """A segment's path stem: its namespace and a hash of the sequences it holds."""
+    return out_dir / f"feat-{ns}-{hashlib.sha256(keys.tobytes()).hexdigest()[:16]}"
+
+
+def _write_index(stem: Path, keys: np.ndarray, rows: np.ndarray) -> None:
+    """The segment's index (its sequences' keys, where their rows start): written last, it makes the segment whole."""
+    _write_npz(stem.with_name(stem.name + ".idx.npz"), keys=keys, rows=rows)
 
 
 def _namespace(aux: tuple[int, ...], max_len: int, target_sha256: str) -> str:
@@ -172,8 +181,7 @@ def _compute_segment(model: torch.nn.Module, seqs: list[Sequence], keys: np.ndar
                      aux: tuple[int, ...], dim: int, out_dir: Path, ns: str, log: Callable[[str], None],
                      batch_tokens: int, teacher_top_k: int | None) -> Path:
     """One teacher-forced pass over ``seqs`` (longest first, ~``batch_tokens`` per batch) into a new segment."""
-    h = hashlib.sha256(keys.tobytes())
-    stem = out_dir / f"feat-{ns}-{h.hexdigest()[:16]}"
+    stem = _new_stem(out_dir, ns, keys)
     offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     tmp = stem.with_suffix(".f16.tmp")
     mm = np.memmap(tmp, dtype=np.float16, mode="w+", shape=(int(offsets[-1]), dim))
@@ -212,7 +220,7 @@ def _compute_segment(model: torch.nn.Module, seqs: list[Sequence], keys: np.ndar
     os.replace(tmp, stem.with_suffix(".f16"))
     if teacher_top_k:
         _save_teacher(stem, teacher_top_k, seqs)
-    _write_npz(stem.with_name(stem.name + ".idx.npz"), keys=keys, rows=offsets[:-1])  # last: the segment is whole
+    _write_index(stem, keys, offsets[:-1])
     return stem
 
 
