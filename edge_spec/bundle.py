@@ -31,7 +31,7 @@ from edge_spec.errors import BundleError, EdgeSpecError
 
 MANIFEST_NAME = "edge_spec.json"
 FORMAT = "edge-spec-bundle"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 PRECISIONS = ("int4", "int8", "fp16", "fp32")
 NGRAM_ENTRY_BYTES = 12  # NgramSpec: an 8-byte n-gram hash + a 4-byte token id per entry
 GRAPH_FORMATS = ("onnx", "ort")  # ModelSpec.graph_format: an ONNX protobuf or an ORT-format flatbuffer
@@ -200,7 +200,9 @@ class NgramSpec:
     ``file`` (bundle-relative .npz) holds ``keys`` uint64 [entries] and ``next`` int32 [entries]; ``bytes`` is what
     they take loaded. Kept: n-grams of ``min_n``..``max_n`` answer-context tokens whose most frequent next token
     followed them at least ``min_count`` times and in at least ``min_share`` of their occurrences, counted over
-    ``tokens`` answer tokens of ``sequences`` training (never held-out) conversations."""
+    ``tokens`` answer tokens of ``sequences`` training (never held-out) conversations. ``guess_bytes`` (0 in bundles
+    before version 8): the file's ``guess`` int32 [vocab], each token's most frequent next answer token unfiltered
+    (-1: never seen), drafted only into a target pass's padding row, where a draft costs nothing."""
 
     file: str
     entries: int
@@ -211,6 +213,7 @@ class NgramSpec:
     min_share: float
     sequences: int
     tokens: int
+    guess_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -426,6 +429,9 @@ def _ngrams(data: Any, vocab_size: int) -> NgramSpec | None:
     if spec.bytes != NGRAM_ENTRY_BYTES * spec.entries:
         raise BundleError(f"The manifest field 'ngrams.bytes' is {spec.bytes} but {spec.entries} entries take "
                           f"{NGRAM_ENTRY_BYTES * spec.entries} (8-byte key + 4-byte id); re-export the bundle.")
+    if spec.guess_bytes not in (0, 4 * vocab_size):
+        raise BundleError(f"The manifest field 'ngrams.guess_bytes' is {spec.guess_bytes} but must be 0 or "
+                          f"{4 * vocab_size} (one int32 per token of the vocabulary); re-export the bundle.")
     return spec
 
 

@@ -49,8 +49,8 @@ SMOLLM2_CALIBRATION_STEP = 4
 # name -> export options of the configurations the tests run on the real pair
 SMOLLM2_CONFIGS: dict[str, dict] = {
     # the export defaults, as the demo uses them: --gguf-mode split (every weight equals the file's), int8
-    # activations (accuracy level 4), fp16 KV cache
-    "default": {},
+    # activations (accuracy level 4), fp16 KV cache; and the demo's n-gram table (its committed answers files)
+    "default": {"ngrams": "demo"},
     # the reference graph: fp32 MatMuls of the file's exact weights, fp32 activations, fp32 KV
     "exact": {"gguf_mode": "exact", "target_quant": ("int4", 1), "kv_dtype": "float32"},
     # the defaults with the 3-layer drafter the head replaced (a drafter model on its own KV, no features)
@@ -90,6 +90,10 @@ def smollm2_bundle_for(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFact
             if "target_quant" in opts:
                 opts["target_quant"] = Quant(*opts["target_quant"])
             drafter = ROOT / "models" / opts.pop("drafter") if "drafter" in opts else SMOLLM2_DRAFTER
+            if opts.get("ngrams") == "demo":
+                from edge_spec.demo import DEMO_DATA
+
+                opts["ngrams"] = tuple(sorted(DEMO_DATA.glob("answers*.npz")))
             out = root / name.replace(":", "_")
             export_bundle(str(smollm2_gguf), str(drafter), out, ExportOptions(calibration=calib, **opts),
                           progress=None)

@@ -11,7 +11,7 @@ import pytest
 from test_runtime_loop import FakeModel, V, assert_follows, run, table_logits
 
 from edge_spec.errors import BundleError
-from edge_spec.export.ngrams import count_table
+from edge_spec.export.ngrams import count_table, guess_table
 from edge_spec.runtime.ngrams import NgramTable, ngram_hash, window_hashes
 from edge_spec.runtime.sampling import SamplingConfig, probs
 from edge_spec.runtime.speculative import Decoder
@@ -104,6 +104,81 @@ def test_table_drafts_keep_sampling_distributed_as_p(hybrid: bool) -> None:
     assert_follows(counts, joint)
 
 
+def test_guess_table_keeps_every_tokens_most_frequent_answer_continuation() -> None:
+    # prompt [9, 1]; answers 5 1 2 (twice), 5 1 3 (twice), 5 1 4 (once)
+    seqs = [([9, 1, 5, 1, 2], 2)] * 2 + [([9, 1, 5, 1, 3], 2)] * 2 + [([9, 1, 5, 1, 4], 2)]
+    g = guess_table([(np.asarray(s), p) for s, p in seqs], 10)
+    assert g.dtype == np.int32 and g.shape == (10,)
+    assert g[1] == 5  # the prompt's last token counts as context of the first answer token (5 of 10)
+    assert g[5] == 1 and g[9] == -1 and g[0] == -1  # "9 -> 1" lies inside the prompt: never counted
+    # unfiltered (seen once each, 1 of 2), ties to the smaller id
+    assert guess_table([(np.array([0, 4, 6]), 1), (np.array([0, 4, 5]), 1)], 10)[4] == 5
+    assert (guess_table([], 10) == -1).all()
+
+
+def _guessing(target: FakeModel, rows: int) -> FakeModel:
+    target.min_rows = rows  # a target that pads its passes to `rows` rows (ModelSession.min_rows)
+    return target
+
+
+def test_the_padding_row_carries_the_tables_guess_losslessly() -> None:
+    """A step that drafted nothing, on a target that pads its passes to two rows: the table's guess takes the
+    padding row (one pass, up to two tokens), the output is plain decoding's, and the draft-length policy is told
+    nothing was drafted."""
+    prompt = [4, 7, 2]
+    ar, _ = run(Decoder(FakeModel(table_logits(0)), None), prompt, gamma=None, max_new=24)
+    seq = prompt + ar
+    guess = np.full(V, -1, np.int32)
+    for a, b in zip(seq[len(prompt) - 1:-1], seq[len(prompt):]):
+        guess[a] = b  # the target's own continuation (later pairs win where a token repeats)
+    t = NgramTable(np.zeros(0, np.uint64), np.zeros(0, np.int32), 2, 4, guess)
+    for drafter in (None, FakeModel(table_logits(3, 1.0))):
+        dec = Decoder(_guessing(FakeModel(table_logits(0)), 2), drafter, lookup=True, max_gamma=4, table=t,
+                      lookup_ngram_min=9)  # no context matches: every draft is the model's or a guess
+        out, steps = run(dec, prompt, gamma=0 if drafter is None else 1, max_new=24, hybrid=drafter is not None,
+                         threshold=2.0 if drafter is not None else 0.0)  # the drafter never confident: no drafts
+        assert out == ar
+        guessed = [s for s in steps if s.guess]
+        assert guessed and all(s.gamma == 1 and s.lookup for s in guessed) and any(s.table for s in guessed)
+        assert sum(s.accepted for s in guessed) >= 4 and len(steps) < len(ar)
+    # no padding row (a 1-row target), lookup drafting off, or a pass that already has two pending tokens: no guess
+    dec = Decoder(FakeModel(table_logits(0)), None, lookup=True, max_gamma=4, table=t, lookup_ngram_min=9)
+    assert not any(s.guess for s in run(dec, prompt, gamma=0, max_new=24)[1])
+    dec = Decoder(_guessing(FakeModel(table_logits(0)), 2), FakeModel(table_logits(3, 1.0)), max_gamma=4, table=t)
+    assert not any(s.guess for s in run(dec, prompt, gamma=1, max_new=24, threshold=2.0)[1])
+    dec = Decoder(_guessing(FakeModel(table_logits(0)), 2), None, lookup=True, max_gamma=4, table=t)
+    dec.set_context(np.asarray(prompt, np.int64))
+    dec.target.forward(np.asarray(prompt[:1]))  # two committed tokens pending: the pass has no padding row
+    assert dec.draft_guess() == 0
+    # speculation off (no policy): never a guess
+    dec = Decoder(_guessing(FakeModel(table_logits(0)), 2), None, lookup=True, max_gamma=4, table=t)
+    assert not any(s.guess for s in run(dec, prompt, gamma=None, max_new=24)[1])
+
+
+def test_guesses_keep_sampling_distributed_as_p() -> None:
+    """Unseeded rejection rule with the padding row's guess: the first two tokens jointly follow p (chi-square)."""
+    cfg = SamplingConfig(1.0)
+    table_t = table_logits(0)
+    prompt = [4, 7]
+    guess = np.full(V, -1, np.int32)
+    guess[7] = 1  # after 7: guess 1, whatever the target samples
+    t = NgramTable(np.zeros(0, np.uint64), np.zeros(0, np.int32), 2, 4, guess)
+    p1 = probs(table_t[4, 7][None], cfg)[0]
+    joint = np.zeros((V, V))
+    for a in range(V):
+        joint[a] = p1[a] * probs(table_t[7, a][None], cfg)[0]
+    counts = np.zeros((V, V))
+    used = 0
+    for seed in range(4000):
+        # padded to 4 rows: the first pass (the 2 prompt tokens) has room for the guess
+        dec = Decoder(_guessing(FakeModel(table_t), 4), None, lookup=True, max_gamma=3, table=t, lookup_ngram_min=9)
+        out, steps = run(dec, prompt, cfg, gamma=3, max_new=2, seed=seed, rule="rejection")
+        used += steps[0].guess
+        counts[out[0], out[1]] += 1
+    assert used == 4000
+    assert_follows(counts, joint)
+
+
 def test_a_damaged_table_file_is_refused(tmp_path: Path) -> None:
     np.savez(tmp_path / "unsorted.npz", keys=np.array([5, 3], np.uint64), next=np.array([1, 2], np.int32))
     np.savez(tmp_path / "ids.npz", keys=np.array([3, 5], np.uint64), next=np.array([1, 200], np.int32))
@@ -111,8 +186,15 @@ def test_a_damaged_table_file_is_refused(tmp_path: Path) -> None:
     for name in ("unsorted", "ids", "junk"):
         with pytest.raises(BundleError, match="re-export it"):
             NgramTable.load(tmp_path / f"{name}.npz", 2, 4, vocab_size=100)
-    np.savez(tmp_path / "ok.npz", keys=np.array([3, 5], np.uint64), next=np.array([1, 99], np.int32))
+    keys, nxt = np.array([3, 5], np.uint64), np.array([1, 99], np.int32)
+    for bad in (np.zeros(99, np.int32), np.full(100, 100, np.int32), np.zeros(100, np.int64)):
+        np.savez(tmp_path / "guess.npz", keys=keys, next=nxt, guess=bad)
+        with pytest.raises(BundleError, match="malformed 'guess'"):
+            NgramTable.load(tmp_path / "guess.npz", 2, 4, vocab_size=100)
+    np.savez(tmp_path / "ok.npz", keys=keys, next=nxt)
     assert NgramTable.load(tmp_path / "ok.npz", 2, 4, vocab_size=100).nbytes == 24
+    np.savez(tmp_path / "ok.npz", keys=keys, next=nxt, guess=np.full(100, -1, np.int32))
+    assert NgramTable.load(tmp_path / "ok.npz", 2, 4, vocab_size=100).nbytes == 24 + 400
 
 
 # ---------------------------------------------------------------------------- a real bundle (tiny GGUF)
@@ -160,6 +242,7 @@ def test_export_writes_the_table_and_the_runtime_drafts_from_it(tiny: dict) -> N
 
     m = read_manifest(tiny["bundle"])
     assert m.ngrams is not None and m.ngrams.entries > 0 and m.ngrams.bytes == 12 * m.ngrams.entries
+    assert m.ngrams.guess_bytes == 4 * m.target.vocab_size
     assert m.ngrams.sequences == 3 and m.ngrams.tokens == 3 * len(tiny["answer"])
     assert (tiny["bundle"] / m.ngrams.file).is_file()
     cfg = {"stop_token_ids": ()}
@@ -208,7 +291,13 @@ def test_manifest_checks_the_table_entry(tiny: dict, tmp_path: Path) -> None:
     with pytest.raises(BundleError, match="ngrams.bytes"):
         read_manifest(b)
     data["ngrams"]["bytes"] -= 1
+    data["ngrams"]["guess_bytes"] = 4  # neither 0 nor one int32 per vocabulary entry
     (b / MANIFEST_NAME).write_text(json.dumps(data))
+    with pytest.raises(BundleError, match="ngrams.guess_bytes"):
+        read_manifest(b)
+    data["ngrams"].pop("guess_bytes")  # a version-7 table (no guesses) loads
+    (b / MANIFEST_NAME).write_text(json.dumps(data))
+    assert read_manifest(b).ngrams.guess_bytes == 0
     (b / "ngrams.npz").unlink()
     with pytest.raises(BundleError, match="missing 'ngrams.npz'"):
         read_manifest(b)

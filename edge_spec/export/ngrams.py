@@ -5,8 +5,10 @@ committed in ``models/smollm2-data``), read and de-duplicated as distill reads t
 out, so acceptance measured on them stays honest. For every answer token (and the end-of-turn token after it), its
 preceding n tokens, n = ``MIN_N``..``MAX_N`` (the last tokens of the prompt's template included for the first
 answer tokens), are counted against it; an n-gram is kept when its most frequent continuation is at least
-``MIN_COUNT`` of its occurrences and at least ``MIN_SHARE`` of them. The runtime side and the file format are in
-:mod:`edge_spec.runtime.ngrams`.
+``MIN_COUNT`` of its occurrences and at least ``MIN_SHARE`` of them. Beside the table, the file keeps one unfiltered
+*guess* per token: the token that most often followed it (:func:`guess_table`), which the runtime drafts only where a
+draft costs nothing (the padding row of a target pass, see :mod:`edge_spec.runtime.speculative`). The runtime side and
+the file format are in :mod:`edge_spec.runtime.ngrams`.
 
 Why these settings: on the demo (SmolLM2-135M-Instruct, 1.3 M answer tokens), replaying the target's answers to the
 benchmark chat prompts (none in the data) drafted most where these thresholds keep drafts right about twice as
@@ -60,6 +62,28 @@ def count_table(seqs: Sequence[tuple[np.ndarray, int]], min_n: int = MIN_N, max_
     return ph[first][keep], pn[first][keep].astype(np.int32)
 
 
+def guess_table(seqs: Sequence[tuple[np.ndarray, int]], vocab_size: int) -> np.ndarray:
+    """int32 [vocab_size]: for each token, the answer token that most often followed it over ``seqs`` = (ids int
+    [L], prompt length) pairs (ties: the smaller id; the last prompt token counts as context of the first answer
+    token), -1 for a token never seen before an answer token."""
+    prev, nxt = [], []
+    for ids, prompt_len in seqs:
+        ids = np.asarray(ids, np.int64)
+        first = max(prompt_len - 1, 0)
+        prev.append(ids[first:-1])
+        nxt.append(ids[first + 1:])
+    guess = np.full(vocab_size, -1, np.int32)
+    if not prev:
+        return guess
+    pair, count = np.unique(np.concatenate(prev) * vocab_size + np.concatenate(nxt), return_counts=True)
+    a, b = pair // vocab_size, pair % vocab_size
+    order = np.lexsort((b, -count, a))  # by context token; the most frequent next first (ties: smaller id)
+    a, b = a[order], b[order]
+    first = np.flatnonzero(np.r_[True, a[1:] != a[:-1]])
+    guess[a[first]] = b[first]
+    return guess
+
+
 def build(files: Sequence[Path], out_dir: Path, target_sha256: str, vocab_size: int,
           say: Callable[[str], None] = lambda _m: None) -> NgramSpec:
     """Read ``files`` (answers of the target with ``target_sha256``), write ``out_dir/ngrams.npz``, return its spec."""
@@ -83,10 +107,13 @@ def build(files: Sequence[Path], out_dir: Path, target_sha256: str, vocab_size: 
         raise ExportError(f"--ngrams '{files[0]}' holds token id {top}, outside this target's vocabulary of "
                           f"{vocab_size}; pass answers of edge-spec distill for this target.")
     keys, nxt = count_table(seqs)
-    np.savez(out_dir / FILE, keys=keys, next=nxt)
+    guess = guess_table(seqs, vocab_size)
+    np.savez(out_dir / FILE, keys=keys, next=nxt, guess=guess)
     tokens = sum(len(ids) - pl for ids, pl in seqs)
     say(f"[ngrams] {len(keys):,} n-grams ({MIN_N}..{MAX_N} tokens, continuation seen >= {MIN_COUNT} times and in "
         f">= {MIN_SHARE:.0%} of cases) from {tokens:,} answer tokens of {len(seqs):,} conversations: "
-        f"{NGRAM_ENTRY_BYTES * len(keys) / 2**20:.1f} MiB")
+        f"{NGRAM_ENTRY_BYTES * len(keys) / 2**20:.1f} MiB; guesses for {int((guess >= 0).sum()):,} tokens "
+        f"({guess.nbytes / 2**20:.1f} MiB)")
     return NgramSpec(file=FILE, entries=int(len(keys)), bytes=NGRAM_ENTRY_BYTES * int(len(keys)), min_n=MIN_N,
-                     max_n=MAX_N, min_count=MIN_COUNT, min_share=MIN_SHARE, sequences=len(seqs), tokens=int(tokens))
+                     max_n=MAX_N, min_count=MIN_COUNT, min_share=MIN_SHARE, sequences=len(seqs), tokens=int(tokens),
+                     guess_bytes=int(guess.nbytes))

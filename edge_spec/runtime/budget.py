@@ -152,7 +152,7 @@ def _layout(m: Manifest, mode: str, gamma: int, chunk: int,
             items.append((f"feature drafter buffers ({t_rows} + {d_rows} rows of features, hidden states)",
                           2 * int(d.feature_dim) * (t_rows + 2 * d_rows) + 4 * d.hidden_size * (2 * d_rows + 1)))
     if mode != "ar" and m.ngrams is not None:  # loaded wherever lookup drafts are made (plain decoding: not at all)
-        items.append((f"n-gram draft table ({m.ngrams.entries} entries)", m.ngrams.bytes))
+        items.append((f"n-gram draft table ({m.ngrams.entries} entries)", m.ngrams.bytes + m.ngrams.guess_bytes))
     items = [(w, b) for w, b in items if "KV cache" not in w]
     per_token += _attention_per_token(m, mode, t_rows, d_rows)
     items.append(("sampling scratch (probabilities, x2 for temporaries)", 2 * scratch))

@@ -268,6 +268,9 @@ class Engine:
                 if step.table:
                     st.table_drafted += step.gamma
                     st.table_accepted += step.accepted
+                if step.guess:
+                    st.guess_drafted += step.gamma
+                    st.guess_accepted += step.accepted
                 st.gamma_hist[step.gamma] += 1
                 detok.push(step.tokens)
                 text = detok.text

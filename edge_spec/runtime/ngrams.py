@@ -11,7 +11,9 @@ they change speed, never the output.
 
 File (bundle-relative ``NgramSpec.file``, ``.npz``): ``keys`` uint64 [entries], sorted, the :func:`ngram_hash` of
 each kept n-gram (n is hashed in, so equal ids of different lengths never meet); ``next`` int32 [entries], its
-continuation. A hash collision can only make a wrong draft, which verification rejects.
+continuation. A hash collision can only make a wrong draft, which verification rejects. ``guess`` int32 [vocab]
+(bundles since manifest version 8): each token's most frequent next answer token, unfiltered (-1: none), the
+draft for a target pass's padding row (:meth:`NgramTable.guess_after`).
 """
 
 from __future__ import annotations
@@ -51,10 +53,12 @@ def window_hashes(seq: np.ndarray, n: int) -> np.ndarray:
 class NgramTable:
     """Kept n-grams (``keys`` uint64 [E] sorted) -> continuation (``next`` int32 [E]); orders ``min_n``..``max_n``."""
 
-    def __init__(self, keys: np.ndarray, next_ids: np.ndarray, min_n: int, max_n: int) -> None:
+    def __init__(self, keys: np.ndarray, next_ids: np.ndarray, min_n: int, max_n: int,
+                 guess: np.ndarray | None = None) -> None:
         self.keys = np.ascontiguousarray(keys, np.uint64)
         self.next = np.ascontiguousarray(next_ids, np.int32)
         self.min_n, self.max_n = int(min_n), int(max_n)
+        self.guess = None if guess is None else np.ascontiguousarray(guess, np.int32)  # [vocab] or None
 
     @classmethod
     def load(cls, path: str | Path, min_n: int, max_n: int, vocab_size: int) -> NgramTable:
@@ -62,6 +66,7 @@ class NgramTable:
         try:
             with np.load(path) as z:
                 keys, nxt = z["keys"], z["next"]
+                guess = z["guess"] if "guess" in z.files else None
         except (OSError, ValueError, KeyError) as exc:
             raise BundleError(f"The n-gram table '{path}' cannot be read ({exc.__class__.__name__}); the bundle is "
                               "corrupt, re-export it.") from None
@@ -69,11 +74,19 @@ class NgramTable:
                 len(keys) and (np.any(keys[1:] <= keys[:-1]) or nxt.min() < 0 or nxt.max() >= vocab_size)):
             raise BundleError(f"The n-gram table '{path}' is malformed (keys must be sorted uint64, ids below "
                               f"{vocab_size}); the bundle is corrupt, re-export it.")
-        return cls(keys, nxt, min_n, max_n)
+        if guess is not None and (guess.dtype != np.int32 or guess.shape != (vocab_size,) or guess.min() < -1
+                                  or guess.max() >= vocab_size):
+            raise BundleError(f"The n-gram table '{path}' has a malformed 'guess' array (int32 [{vocab_size}] of ids "
+                              "or -1); the bundle is corrupt, re-export it.")
+        return cls(keys, nxt, min_n, max_n, guess)
 
     @property
     def nbytes(self) -> int:
-        return int(self.keys.nbytes + self.next.nbytes)
+        return int(self.keys.nbytes + self.next.nbytes + (0 if self.guess is None else self.guess.nbytes))
+
+    def guess_after(self, token: int) -> int:
+        """The token that most often followed ``token`` in the target's answers (unfiltered), or -1."""
+        return -1 if self.guess is None else int(self.guess[token])
 
     def next_token(self, ctx: Sequence[int]) -> int:
         """Continuation of the longest kept n-gram ending ``ctx``, or -1."""

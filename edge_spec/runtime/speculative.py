@@ -14,6 +14,13 @@ and the drafter drafts otherwise. Where the context has no match, a bundle's sta
 (the target's own writing in other conversations, :mod:`edge_spec.runtime.ngrams`) may supply the
 lookup draft instead. Lookup drafts are deterministic (q is one-hot), cost nothing
 to make, and go through the same verify rule, so every output guarantee holds whatever the source.
+
+A step that drafted nothing still pays for two rows when the target pads its passes to a
+batch-invariant size (``ModelSession.min_rows``): the padding row is computed and thrown away.
+Where lookup drafting is on, the best free guess for the next token (:meth:`Decoder.draft_guess`:
+a repeat in the context, the n-gram table, the table's unfiltered guess for the last token) takes
+its place as a one-token draft — free, so any acceptance is gain. The draft-length policies never
+see it (it is not a choice they made): to them the step drafted nothing.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ class Step:
     finish: str | None  # None, "stop_token", "length", "context_full"
     lookup: bool = False  # the drafts came from prompt lookup (not the drafter model)
     table: bool = False  # ... from the bundle's n-gram table (a kind of lookup draft: lookup is True too)
+    guess: bool = False  # ... the free guess in a padding row (module docstring; lookup is True too)
 
 
 class Decoder:
@@ -66,6 +74,7 @@ class Decoder:
         self.target, self.drafter, self.lookup = target, drafter, lookup
         self.table = table  # static n-gram drafts where the context has no match (lookup drafting only)
         self.table_drafts = False  # the current lookup drafts came from the table
+        self.guessed = False  # the current draft is the table's guess in the padding row
         # Alone, any repeated token is worth a guess; next to a drafter a 1-token match is a worse bet than the model.
         self.lookup_ngram_min = (1 if drafter is None else 2) if lookup_ngram_min is None else lookup_ngram_min
         self.deterministic = drafter is None  # the current drafts are lookup drafts (q one-hot)
@@ -143,6 +152,7 @@ class Decoder:
         are drawn from q, which is kept for the rejection rule."""
         if self.drafter is None:
             return self.draft_lookup(gamma)
+        self.guessed = False
         self.t_draft = 0.0
         self.drafter_passes = 0
         self.deterministic = False
@@ -216,6 +226,7 @@ class Decoder:
         self.t_draft = 0.0
         self.drafter_passes = 0
         self.deterministic = True
+        self.guessed = False
         got = lookup_draft(self.tok, self.n, gamma, ngram_min=self.lookup_ngram_min) if gamma > 0 else self.tok[:0]
         self.table_drafts = False
         if not len(got) and gamma > 0 and self.table is not None:
@@ -223,6 +234,27 @@ class Decoder:
             self.table_drafts = bool(len(got))
         self.drafts[:len(got)] = got
         return len(got)
+
+    def draft_guess(self) -> int:
+        """After a step's drafting made no draft: a one-token draft for the target pass's padding row, when it has
+        one (pending tokens + 1 <= the target's ``min_rows``) and lookup drafting is on. The best free guess: an
+        earlier occurrence of the context's last 2-3 tokens, else the n-gram table's, else the table's unfiltered
+        ``guess`` for the last token, else an earlier occurrence of the last token. Returns 1, or 0 (none)."""
+        if not self.lookup or self.n == 0 or self.n - self.target.length + 1 > getattr(self.target, "min_rows", 1):
+            return 0
+        got, table = lookup_draft(self.tok, self.n, 1, ngram_min=2), False
+        if not len(got) and self.table is not None:
+            got = self.table.draft(self.tok, self.n, 1)
+            x = self.table.guess_after(int(self.tok[self.n - 1])) if not len(got) else -1
+            got, table = (got if x < 0 else np.array([x])), bool(len(got)) or x >= 0
+        if not len(got):
+            got = lookup_draft(self.tok, self.n, 1, ngram_min=1)
+        if not len(got):
+            return 0
+        self.drafts[0] = got[0]
+        self.deterministic = self.guessed = True
+        self.table_drafts = table
+        return 1
 
     def verify(self, g: int, cfg: SamplingConfig, noise: Noise | Rejection) -> tuple[int, int]:
         """One target pass over pending + drafts; returns (accepted, next token)."""
@@ -255,7 +287,7 @@ class Decoder:
         self.n += len(new)
         self.sync_kv()
         return Step(new, flags, g, min(accepted, len(new)), finish, lookup=self.deterministic and g > 0,
-                    table=self.deterministic and self.table_drafts and g > 0)
+                    table=self.deterministic and self.table_drafts and g > 0, guess=self.guessed and g > 0)
 
 
 def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise: Noise | Rejection,
@@ -289,16 +321,19 @@ def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise:
                 gamma = 0 if policy is None else min(policy.next_gamma(), room, left)
                 timed = dec.backlog(gamma) <= 2  # a step that also prefills says nothing about step costs
                 g = dec.draft(gamma, cfg, noise, threshold)
+            if g == 0 and policy is not None and room >= 1 and left >= 1:
+                g = dec.draft_guess()  # the padding row's free draft (module docstring)
             accepted, nxt = dec.verify(g, cfg, noise)
             step = dec.accept(g, accepted, nxt, stop_ids, max_new_tokens - made)
+            pg, pa = (0, 0) if step.guess else (g, accepted)  # what the policies chose and got
             if used is not None:  # every step, timed or not: the re-probe countdown must advance
-                used.update(g, accepted, dec.t_draft, dec.t_verify, dec.drafter_passes, timed=timed)
+                used.update(pg, pa, dec.t_draft, dec.t_verify, dec.drafter_passes, timed=timed)
             if lookup_policy is not None and used is not lookup_policy:
                 # a step without lookup drafts: lookup's re-probe countdown advances, its cost table learns
                 lookup_policy.update(0, 0, 0.0, dec.t_verify, timed=False)
             for other in (policy, lookup_policy):
                 if other is not None and other is not used and timed:
-                    other.observe(g + 1, dec.t_verify)
+                    other.observe(pg + 1, dec.t_verify)
             made += len(step.tokens)
             yield step
             if step.finish:
