@@ -81,6 +81,15 @@ def test_decoder_drafts_from_the_table_where_the_context_has_no_match_losslessly
                max_new=24)[0] == ar
 
 
+def _first_two(table_t: np.ndarray, prompt: list[int], cfg: SamplingConfig) -> np.ndarray:
+    """[V, V] joint probability of the first two tokens the fake target samples after ``prompt``."""
+    p1 = probs(table_t[prompt[-2], prompt[-1]][None], cfg)[0]
+    joint = np.zeros((V, V))
+    for a in range(V):
+        joint[a] = p1[a] * probs(table_t[prompt[-1], a][None], cfg)[0]
+    return joint
+
+
 @pytest.mark.parametrize("hybrid", [False, True])
 def test_table_drafts_keep_sampling_distributed_as_p(hybrid: bool) -> None:
     """Unseeded rejection rule with table drafts: the first two tokens jointly follow p (chi-square)."""
@@ -88,10 +97,7 @@ def test_table_drafts_keep_sampling_distributed_as_p(hybrid: bool) -> None:
     table_t = table_logits(0)
     prompt = [4, 7]
     t = table([([4, 7, 1, 5, 9], 2)] * 3)  # after "4 7": "1 5 9", whatever the target samples
-    p1 = probs(table_t[4, 7][None], cfg)[0]
-    joint = np.zeros((V, V))
-    for a in range(V):
-        joint[a] = p1[a] * probs(table_t[7, a][None], cfg)[0]
+    joint = _first_two(table_t, prompt, cfg)
     counts = np.zeros((V, V))
     used = 0
     for seed in range(4000):
@@ -163,10 +169,7 @@ def test_guesses_keep_sampling_distributed_as_p() -> None:
     guess = np.full(V, -1, np.int32)
     guess[7] = 1  # after 7: guess 1, whatever the target samples
     t = NgramTable(np.zeros(0, np.uint64), np.zeros(0, np.int32), 2, 4, guess)
-    p1 = probs(table_t[4, 7][None], cfg)[0]
-    joint = np.zeros((V, V))
-    for a in range(V):
-        joint[a] = p1[a] * probs(table_t[7, a][None], cfg)[0]
+    joint = _first_two(table_t, prompt, cfg)
     counts = np.zeros((V, V))
     used = 0
     for seed in range(4000):
