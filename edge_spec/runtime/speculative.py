@@ -74,7 +74,7 @@ class Decoder:
         self.target, self.drafter, self.lookup = target, drafter, lookup
         self.table = table  # static n-gram drafts where the context has no match (lookup drafting only)
         self.table_drafts = False  # the current lookup drafts came from the table
-        self.guessed = False  # the current draft is the table's guess in the padding row
+        self.guessed = False  # the current draft is the free guess in a padding row (draft_guess)
         # Alone, any repeated token is worth a guess; next to a drafter a 1-token match is a worse bet than the model.
         self.lookup_ngram_min = (1 if drafter is None else 2) if lookup_ngram_min is None else lookup_ngram_min
         self.deterministic = drafter is None  # the current drafts are lookup drafts (q one-hot)
