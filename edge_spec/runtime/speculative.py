@@ -74,7 +74,6 @@ class Decoder:
         self.target, self.drafter, self.lookup = target, drafter, lookup
         self.table = table  # static n-gram drafts where the context has no match (lookup drafting only)
         self.table_drafts = False  # the current lookup drafts came from the table
-        self.guessed = False  # the current draft is the free guess in a padding row (draft_guess)
         # Alone, any repeated token is worth a guess; next to a drafter a 1-token match is a worse bet than the model.
         self.lookup_ngram_min = (1 if drafter is None else 2) if lookup_ngram_min is None else lookup_ngram_min
         self.deterministic = drafter is None  # the current drafts are lookup drafts (q one-hot)
@@ -152,7 +151,6 @@ class Decoder:
         are drawn from q, which is kept for the rejection rule."""
         if self.drafter is None:
             return self.draft_lookup(gamma)
-        self.guessed = False
         self.t_draft = 0.0
         self.drafter_passes = 0
         self.deterministic = False
@@ -226,7 +224,6 @@ class Decoder:
         self.t_draft = 0.0
         self.drafter_passes = 0
         self.deterministic = True
-        self.guessed = False
         got = lookup_draft(self.tok, self.n, gamma, ngram_min=self.lookup_ngram_min) if gamma > 0 else self.tok[:0]
         self.table_drafts = False
         if not len(got) and gamma > 0 and self.table is not None:
@@ -245,15 +242,15 @@ class Decoder:
         got, table = lookup_draft(self.tok, self.n, 1, ngram_min=2), False
         if not len(got) and self.table is not None:
             got = self.table.draft(self.tok, self.n, 1)
-            x = self.table.guess_after(int(self.tok[self.n - 1])) if not len(got) else -1
-            got, table = (got if x < 0 else np.array([x])), bool(len(got)) or x >= 0
+            if not len(got) and (x := self.table.guess_after(int(self.tok[self.n - 1]))) >= 0:
+                got = np.array([x])
+            table = bool(len(got))
         if not len(got):
             got = lookup_draft(self.tok, self.n, 1, ngram_min=1)
         if not len(got):
             return 0
         self.drafts[0] = got[0]
-        self.deterministic = self.guessed = True
-        self.table_drafts = table
+        self.deterministic, self.table_drafts = True, table
         return 1
 
     def verify(self, g: int, cfg: SamplingConfig, noise: Noise | Rejection) -> tuple[int, int]:
@@ -271,8 +268,10 @@ class Decoder:
         self.t_verify = time.perf_counter() - t0
         return out
 
-    def accept(self, g: int, accepted: int, nxt: int, stop_ids: frozenset[int], budget: int) -> Step:
-        """Commit accepted drafts + next token, cut at a stop token or the token budget, rewind KV."""
+    def accept(self, g: int, accepted: int, nxt: int, stop_ids: frozenset[int], budget: int,
+               guess: bool = False) -> Step:
+        """Commit accepted drafts + next token, cut at a stop token or the token budget, rewind KV. ``guess``: the
+        draft was :meth:`draft_guess`'s."""
         new = [int(x) for x in self.drafts[:accepted]] + [nxt]
         flags = [True] * accepted + [False]
         finish = None
@@ -287,7 +286,7 @@ class Decoder:
         self.n += len(new)
         self.sync_kv()
         return Step(new, flags, g, min(accepted, len(new)), finish, lookup=self.deterministic and g > 0,
-                    table=self.deterministic and self.table_drafts and g > 0, guess=self.guessed and g > 0)
+                    table=self.deterministic and self.table_drafts and g > 0, guess=guess and g > 0)
 
 
 def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise: Noise | Rejection,
@@ -321,10 +320,11 @@ def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise:
                 gamma = 0 if policy is None else min(policy.next_gamma(), room, left)
                 timed = dec.backlog(gamma) <= 2  # a step that also prefills says nothing about step costs
                 g = dec.draft(gamma, cfg, noise, threshold)
-            if g == 0 and policy is not None and room >= 1 and left >= 1:
+            guess = g == 0 and policy is not None and room >= 1 and left >= 1
+            if guess:
                 g = dec.draft_guess()  # the padding row's free draft (module docstring)
             accepted, nxt = dec.verify(g, cfg, noise)
-            step = dec.accept(g, accepted, nxt, stop_ids, max_new_tokens - made)
+            step = dec.accept(g, accepted, nxt, stop_ids, max_new_tokens - made, guess)
             pg, pa = (0, 0) if step.guess else (g, accepted)  # what the policies chose and got
             if used is not None:  # every step, timed or not: the re-probe countdown must advance
                 used.update(pg, pa, dec.t_draft, dec.t_verify, dec.drafter_passes, timed=timed)
