@@ -314,6 +314,72 @@ def test_answers_file_keeps_the_ids_and_a_run_from_it_recomputes_the_teacher(tin
         np.testing.assert_allclose(a.lse, b.lse, rtol=1e-5, atol=1e-5)
 
 
+def test_an_interrupted_feature_pass_resumes_after_its_last_segment(tiny_target, tmp_path, monkeypatch):
+    """The feature pass keeps a segment every ~chunk_positions positions: killed in its third segment, it leaves two
+    whole segments (and nothing half-written that is read); started again it computes only the rest, and the
+    store reads what one uninterrupted pass computes (features and teacher top-k)."""
+    import edge_spec.distill.features as ft
+    from edge_spec.distill import ids
+
+    distill(replace(_config(tiny_target, tmp_path / "d", 1), data_only=True), _quiet)
+    model = load_target(tiny_target).model
+
+    def run(where, chunk, log=_quiet):
+        train, held, _ = ids.read_many([tmp_path / "d" / "data" / "answers.npz"])
+        seqs = train + held
+        return seqs, ft.extract_features(model, seqs, (1, 2, 3), where, 24, log, teacher_top_k=8, target_sha256="t",
+                                         shared=True, chunk_positions=chunk)
+
+    seqs, whole = run(tmp_path / "whole", 10**9)
+    chunk = sum(min(len(s.ids), 24) for s in seqs) // 5 + 1  # ~5 segments
+    real, calls = ft._compute_segment, []
+
+    def killed_in_the_third(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+    monkeypatch.setattr(ft, "_compute_segment", killed_in_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "cut", chunk)
+    assert len(list((tmp_path / "cut").glob("feat-*.idx.npz"))) == 2
+    monkeypatch.setattr(ft, "_compute_segment", real)
+    logs: list[str] = []
+    again, store = run(tmp_path / "cut", chunk, logs.append)
+    kept = [m for m in logs if "sequences kept" in m]
+    assert kept and not kept[0].startswith("features: 0 of"), logs
+    assert len(list((tmp_path / "cut").glob("feat-*.idx.npz"))) >= 4
+    for i, (a, b) in enumerate(zip(again, seqs, strict=True)):
+        np.testing.assert_allclose(store.get(i, 24).astype(np.float32), whole.get(i, 24).astype(np.float32),
+                                   rtol=1e-3, atol=1e-3)
+        np.testing.assert_array_equal(a.topk_ids, b.topk_ids)
+
+
+def test_a_bf16_feature_pass_is_the_fp32_pass_up_to_bf16_rounding(tiny_target, tmp_path):
+    """``bf16=True`` runs the target's decoder matmuls under bfloat16 autocast (as the text's writing does): the
+    features differ from float32's (autocast was on) by bfloat16 rounding only, and the teacher's logsumexp, from
+    the LM head kept in float32, by little."""
+    from edge_spec.distill import ids
+    from edge_spec.distill.features import extract_features
+
+    distill(replace(_config(tiny_target, tmp_path / "d", 1), data_only=True), _quiet)
+    model = load_target(tiny_target).model
+    stores, teach = [], []
+    for bf16 in (False, True):
+        train, held, _ = ids.read_many([tmp_path / "d" / "data" / "answers.npz"])
+        stores.append(extract_features(model, train + held, (1, 2, 3), tmp_path / str(bf16), 24, _quiet,
+                                       teacher_top_k=8, target_sha256="t", bf16=bf16))
+        teach.append(train + held)
+    a = np.concatenate([stores[0].get(i, 24) for i in range(len(teach[0]))]).astype(np.float32)
+    b = np.concatenate([stores[1].get(i, 24) for i in range(len(teach[0]))]).astype(np.float32)
+    assert not np.array_equal(a, b)
+    assert np.abs(a - b).max() <= 0.05 * np.abs(a).max()
+    lse_a = np.concatenate([s.lse for s in teach[0]])
+    lse_b = np.concatenate([s.lse for s in teach[1]])
+    np.testing.assert_allclose(lse_a, lse_b, atol=0.05)
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # autocast left the weights alone
+
+
 def test_init_from_continues_a_saved_head(tiny_target, tmp_path):
     """--init-from starts from a saved head: same draft vocabulary, and before any step it scores what it scored
     when it was saved (the saved fc reads raw features; training's feature scaling is undone exactly)."""

@@ -77,10 +77,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--data-only", action="store_true", help="stop after generating the training text")
     p.add_argument("--threads", type=_positive(int), metavar="N", help="torch CPU threads")
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
-                   help="the matmuls of the target's generation and of the drafter's training: auto = bf16 on a CPU "
-                        "with native bfloat16 (AVX512-BF16 or AMX; about 1.6x the generated tokens and 1.7x the "
-                        "training steps per minute), else fp32; weights, loss, LM head logits, teacher, features "
-                        "and evaluations stay fp32")
+                   help="the matmuls of the target's generation and feature pass and of the drafter's training: "
+                        "auto = bf16 on a CPU with native bfloat16 (AVX512-BF16 or AMX; about 1.6x the generated "
+                        "tokens, 1.5x the feature pass and 1.7x the training steps per minute), else fp32; weights, "
+                        "loss, LM head logits and evaluations stay fp32")
     p.set_defaults(run=run)
 
 

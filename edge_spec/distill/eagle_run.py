@@ -70,7 +70,8 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
                                        "init_from": str(cfg.init_from) if cfg.init_from else None}, cfg.out)
     features = Path(cfg.features) if cfg.features is not None else cfg.out / "features"
     store = extract_features(model, train_seqs + held_seqs, aux, features, ecfg.max_len, log,
-                             teacher_top_k=teacher_top_k, target_sha256=target.sha256, shared=cfg.features is not None)
+                             teacher_top_k=teacher_top_k, target_sha256=target.sha256, shared=cfg.features is not None,
+                             bf16=ecfg.bf16)
     scale = aux_scale(store, len(aux), seed=cfg.seed)
     if prior is None:
         kept = choose_vocab(train_seqs, model.config.vocab_size, ecfg.draft_vocab, target.stop_ids)

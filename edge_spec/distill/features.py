@@ -5,9 +5,10 @@ every sequence's first ``max_len`` ids, the residual streams the head reads: flo
 They are stored in *segments*: ``feat-<ns>-<tag>.f16`` (the rows), ``.idx.npz`` (which sequences, by a hash of
 their prompt length and ids, and where their rows start) and ``.teacher<k>.npz`` (their teacher top-k), where
 ``ns`` names the target, aux layers and ``max_len``. A run finds every sequence it needs in the segments already
-there and computes only the others, into one new segment — so adding an answers file to ``--data`` costs a pass
-over that file alone, and a resumed run costs none. A segment is written to temporary files and renamed, its
-index last: an interrupted pass leaves nothing a later run would read.
+there and computes only the others, into new segments of ~``CHUNK_POSITIONS`` positions each — so adding an
+answers file to ``--data`` costs a pass over that file alone, and a resumed run costs none. A segment is written to
+temporary files and renamed, its index last: an interrupted pass keeps every segment it finished (a run started
+again computes only the rest) and leaves nothing half-written that a later run would read.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edge_spec.distill.data import Sequence
+from edge_spec.distill.data import Sequence, bf16_body
 from edge_spec.distill.ids import fill_teacher, teacher_targets
 from edge_spec.distill.memory import release_freed
 
 _KEY = 16  # bytes of a sequence's hash
+# Positions per segment a pass writes: each is a point an interrupted pass resumes from (~6 min of SmolLM2's pass on
+# 2 threads here); few enough segments that a store of millions of positions opens ~10 memory maps.
+CHUNK_POSITIONS = 200_000
 
 
 class FeatureStore:
@@ -119,14 +123,17 @@ def _stem(idx_path: Path) -> Path:
 
 def extract_features(model: torch.nn.Module, seqs: list[Sequence], aux: tuple[int, ...], out_dir: Path,
                      max_len: int, log: Callable[[str], None] = print, batch_tokens: int = 4096,
-                     teacher_top_k: int | None = None, target_sha256: str = "", shared: bool = False) -> FeatureStore:
+                     teacher_top_k: int | None = None, target_sha256: str = "", shared: bool = False,
+                     bf16: bool = False, chunk_positions: int = CHUNK_POSITIONS) -> FeatureStore:
     """The aux features of ``seqs`` (first ``max_len`` ids each): found in ``out_dir``'s segments, the rest computed.
 
     With ``teacher_top_k`` the same pass also fills each sequence's teacher targets (``ids.fill_teacher``, answer
     rows within ``max_len``: all that training reads), so ids-only data costs one pass, not two; sequences found in
     a segment get the teacher targets kept beside it. A run's own directory keeps only the segments this run read
     (the data changed); a ``shared`` one (``--features DIR``) keeps every segment, for later runs on any mix of
-    the same data."""
+    the same data. The rest is computed in segments of ~``chunk_positions`` positions, each kept as soon as it is
+    done (an interrupted pass resumes after the last one). ``bf16``: the target's decoder matmuls under bfloat16
+    autocast with its LM head in float32 (``data.bf16_body``), as the text's writing runs them."""
     ns = _namespace(aux, max_len, target_sha256)
     dim = model.config.hidden_size * len(aux)
     lens = np.array([min(len(s.ids), max_len) for s in seqs], np.int64)
@@ -159,16 +166,28 @@ def extract_features(model: torch.nn.Module, seqs: list[Sequence], aux: tuple[in
     if len(missing):
         log(f"features: {len(seqs) - len(missing):,} of {len(seqs):,} sequences kept (written with the text or by "
             f"earlier runs); computing {len(missing):,}")
-        stems.append(_compute_segment(model, [seqs[i] for i in missing], keys[missing], lens[missing], aux, dim,
-                                      out_dir, ns, log, batch_tokens, teacher_top_k))
-        seg[missing] = len(stems) - 1
-        row[missing] = np.concatenate([[0], np.cumsum(lens[missing])[:-1]])
+        total, done, t0 = int(lens[missing].sum()), 0, time.time()
+        for chunk in _chunks(missing, lens, chunk_positions):
+            with bf16_body(model, bf16):
+                stems.append(_compute_segment(model, [seqs[i] for i in chunk], keys[chunk], lens[chunk], aux, dim,
+                                              out_dir, ns, log, batch_tokens, teacher_top_k, (done, total, t0)))
+            done += int(lens[chunk].sum())
+            seg[chunk] = len(stems) - 1
+            row[chunk] = np.concatenate([[0], np.cumsum(lens[chunk])[:-1]])
     if no_teacher:
         log(f"teacher: {len(no_teacher):,} kept sequences have no teacher top-{teacher_top_k} kept; computing it")
         teacher_targets(model, [seqs[i] for i in no_teacher], teacher_top_k, log=log)
     maps = [_open(st, dim) for st in stems]
     release_freed()
     return FeatureStore(maps, seg, row, lens, dim)
+
+
+def _chunks(idx: np.ndarray, lens: np.ndarray, positions: int) -> list[np.ndarray]:
+    """``idx`` cut into consecutive runs of roughly ``positions`` positions each (cut before the sequence whose rows
+    cross a multiple of ``positions``)."""
+    ends = np.cumsum(lens[idx]) // max(positions, 1)
+    cuts = np.flatnonzero(np.diff(ends)) + 1
+    return [c for c in np.split(idx, cuts) if len(c)]
 
 
 def _open(stem: Path, dim: int) -> np.memmap:
@@ -179,8 +198,10 @@ def _open(stem: Path, dim: int) -> np.memmap:
 @torch.no_grad()
 def _compute_segment(model: torch.nn.Module, seqs: list[Sequence], keys: np.ndarray, lens: np.ndarray,
                      aux: tuple[int, ...], dim: int, out_dir: Path, ns: str, log: Callable[[str], None],
-                     batch_tokens: int, teacher_top_k: int | None) -> Path:
-    """One teacher-forced pass over ``seqs`` (longest first, ~``batch_tokens`` per batch) into a new segment."""
+                     batch_tokens: int, teacher_top_k: int | None, progress: tuple[int, int, float]) -> Path:
+    """One teacher-forced pass over ``seqs`` (longest first, ~``batch_tokens`` per batch) into a new segment.
+
+    ``progress``: positions the whole pass computed before this segment, its total, and when it began (the log)."""
     stem = _new_stem(out_dir, ns, keys)
     offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     tmp = stem.with_suffix(".f16.tmp")
@@ -188,7 +209,8 @@ def _compute_segment(model: torch.nn.Module, seqs: list[Sequence], keys: np.ndar
     order = np.argsort(-lens, kind="stable")
     store: dict[int, torch.Tensor] = {}
     handles = _aux_hooks(model, aux, store)
-    t0, done, shown = time.time(), 0, time.time()
+    done, total, t0 = progress
+    shown = time.time()
     dev = next(model.parameters()).device
     try:
         i = 0
@@ -209,9 +231,9 @@ def _compute_segment(model: torch.nn.Module, seqs: list[Sequence], keys: np.ndar
                 mm[offsets[s]:offsets[s + 1]] = feats[r, :lens[s]]
             i += len(idx)
             done += int(lens[idx].sum())
-            if time.time() - shown > 30 or i >= len(order):  # a line every 30 s
+            if time.time() - shown > 30 or done >= total:  # a line every 30 s, and the last
                 shown = time.time()
-                log(f"features: {done:,}/{int(offsets[-1]):,} positions, {done / (time.time() - t0):,.0f} pos/s")
+                log(f"features: {done:,}/{total:,} positions, {done / (time.time() - t0):,.0f} pos/s")
     finally:
         for hd in handles:
             hd.remove()

@@ -101,8 +101,9 @@ def train_precision(precision: str, device: str) -> str:
 
     ``auto``: bf16 on a CPU that multiplies bfloat16 natively (a training step of the SmolLM2 head ran 1.9x faster,
     BENCHMARKS.md), fp32 elsewhere (a CPU without it would emulate bf16 slowly; GPUs keep today's fp32).
-    It applies to the drafter's training steps and to the target's generation passes (``data.bf16_body``: ~1.6x
-    the tokens per second, its LM head in fp32); the teacher, features and evaluations stay float32."""
+    It applies to the drafter's training steps and to the target's generation and feature passes
+    (``data.bf16_body``: ~1.6x the tokens and ~1.5x the feature positions per second, its LM head in fp32, so the
+    teacher's logits carry no bfloat16 rounding of their own); held-out evaluations stay float32."""
     if precision not in ("auto", "fp32", "bf16"):
         raise EdgeSpecError(f"--precision '{precision}' is not known; use auto, fp32 or bf16.")
     if precision != "auto":
