@@ -4,7 +4,10 @@ the shared-embedding output format, materialisation, and the user errors."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -445,8 +448,14 @@ def test_feature_store_grows_with_the_data_and_computes_only_new_sequences(tiny_
 
     first, _, logs = run(files[:1], shared)
     assert any(f"computing {len(first):,}" in m for m in logs)
-    (shared / "feat-x-interrupted.f16.tmp").write_bytes(b"\0" * 64)  # what a killed pass leaves
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = shared / f"feat-x-interrupted.f16.{gone.pid}.tmp"  # what a killed pass leaves
+    live = shared / f"feat-x-writing.f16.{os.getpid()}.tmp"  # what a running one is writing
+    for f in (dead, live):
+        f.write_bytes(b"\0" * 64)
     both, store, logs = run(files, shared)
+    assert not dead.exists() and live.exists()  # a dead writer's rows are deleted, a live one's left alone
     seen = {k.tobytes() for k in sequence_keys(first, 24)}  # alike in their first 24 ids: features alike
     kept = sum(k.tobytes() in seen for k in sequence_keys(both, 24))
     assert len(first) <= kept < len(both)

@@ -25,6 +25,7 @@ import torch
 from edge_spec.distill.data import Sequence, bf16_body
 from edge_spec.distill.ids import fill_teacher, teacher_targets
 from edge_spec.distill.memory import release_freed
+from edge_spec.export.destination import process_alive
 
 _KEY = 16  # bytes of a sequence's hash
 # Positions per segment a pass writes: each is a point an interrupted pass resumes from (~6 min of SmolLM2's pass on
@@ -89,7 +90,7 @@ class FeatureWriter:
         lens = np.array([min(len(ids), self.max_len) for ids, _ in seqs], np.int64)
         stem = _new_stem(self.out_dir, self.ns, keys)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        tmp = stem.with_suffix(".f16.tmp")
+        tmp = _tmp(stem.with_suffix(".f16"))
         with open(tmp, "wb") as f:
             for n, x in zip(lens, feats, strict=True):
                 f.write(np.ascontiguousarray(x[:n], np.float16).tobytes())
@@ -163,6 +164,10 @@ def extract_features(model: torch.nn.Module, seqs: list[Sequence], aux: tuple[in
                     f.unlink()
         for f in [*out_dir.glob("features_*.f16"), *out_dir.glob("features_*.npz"), *out_dir.glob("*.tmp")]:
             f.unlink()
+    else:  # a shared one: what killed runs left half-written (a pass's rows can be gigabytes) goes
+        for f in out_dir.glob("*.tmp"):
+            if not _writer_alive(f):
+                f.unlink(missing_ok=True)
     if len(missing):
         log(f"features: {len(seqs) - len(missing):,} of {len(seqs):,} sequences kept (written with the text or by "
             f"earlier runs); computing {len(missing):,}")
@@ -204,7 +209,7 @@ def _compute_segment(model: torch.nn.Module, seqs: list[Sequence], keys: np.ndar
     ``progress``: positions the whole pass computed before this segment, its total, and when it began (the log)."""
     stem = _new_stem(out_dir, ns, keys)
     offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-    tmp = stem.with_suffix(".f16.tmp")
+    tmp = _tmp(stem.with_suffix(".f16"))
     mm = np.memmap(tmp, dtype=np.float16, mode="w+", shape=(int(offsets[-1]), dim))
     order = np.argsort(-lens, kind="stable")
     store: dict[int, torch.Tensor] = {}
@@ -258,8 +263,19 @@ def _aux_hooks(model: torch.nn.Module, aux: tuple[int, ...], store: dict[int, to
     return handles
 
 
+def _tmp(path: Path) -> Path:
+    """Where ``path`` is written before it is renamed into place: named after this process (see _writer_alive)."""
+    return path.with_name(f"{path.name}.{os.getpid()}.tmp")
+
+
+def _writer_alive(tmp: Path) -> bool:
+    """Whether the process that named ``tmp`` (:func:`_tmp`) still runs; unnamed (older releases) counts as gone."""
+    pid = tmp.name.rsplit(".", 2)[-2] if tmp.name.count(".") >= 2 else ""
+    return pid.isdigit() and process_alive(int(pid))
+
+
 def _write_npz(path: Path, **arrays: np.ndarray) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = _tmp(path)
     with open(tmp, "wb") as f:
         np.savez(f, **arrays)
     os.replace(tmp, path)

@@ -45,15 +45,19 @@ def _remove_stale(parent: Path, name: str) -> None:
     for p in parent.glob(f".{name}.*-*"):
         kind, _, rest = p.name[len(name) + 2:].partition("-")
         pid = rest.split("-")[0]
-        if kind not in ("tmp", "old") or not pid.isdigit() or not p.is_dir():
-            continue
-        try:
-            os.kill(int(pid), 0)
-            continue  # still running
-        except ProcessLookupError:
+        if kind in ("tmp", "old") and pid.isdigit() and p.is_dir() and not process_alive(int(pid)):
             shutil.rmtree(p, ignore_errors=True)
-        except OSError:  # another user's live process (EPERM): not ours to judge
-            continue
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (another user's live process, EPERM, counts as running: not ours to judge)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _open_permissions(root: Path) -> None:
