@@ -1,0 +1,123 @@
+"""What the head loses between training and the bundle: torch features and teacher vs the exported graph's.
+
+A head is trained on the torch target's aux features against the torch target's distribution; in the runtime it
+reads the exported target graph's features (int8 activations, fp16 output) and is judged against that graph's
+argmax. On the same text (the torch target's greedy answers to the benchmark chat prompts), one teacher-forced
+pass of each gives features and argmax at every answer position, and the head drafts depth 1 (features at q,
+embedding of x_{q+1}, predicting x_{q+2}) from either source, judged against either argmax:
+
+    features torch / ORT  x  target argmax torch / ORT
+
+The diagonal torch/torch is what training optimises; ORT/ORT is what the bundle sees. If ORT/ORT trails
+torch/torch mostly through the argmax (torch features judged against ORT's argmax score as low), the head should
+learn the graph's own distribution; if through the features, the graph's features.
+
+    python benchmarks/feature_source.py --target SmolLM2-135M-Instruct.Q4_1.gguf --bundle DEMO \
+        --head models/smollm2-eagle3 --prompts 32 --tokens 64 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def ort_pass(session, spec: dict, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(argmax [S], features [S, n_aux * H] float32) of one teacher-forced pass of the exported target graph."""
+    t = spec["target"]
+    names = t["input_names"]
+    feeds = {names["input_ids"]: np.array([ids], np.int64),
+             names["attention_mask"]: np.ones((1, len(ids)), np.int64)}
+    kv = np.zeros((1, t["num_kv_heads"], 0, t["head_size"]), np.float16 if t["quantization"]["kv_dtype"] == "float16"
+                  else np.float32)
+    for i in range(t["num_layers"]):
+        feeds[names["past_key"] % i] = kv
+        feeds[names["past_value"] % i] = kv
+    out = t["output_names"]
+    logits, hidden = session.run([out["logits"], out["hidden_states"]], feeds)
+    return logits[0].argmax(-1), hidden[0].astype(np.float32)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", required=True, type=Path)
+    ap.add_argument("--bundle", required=True, type=Path)
+    ap.add_argument("--head", required=True, type=Path)
+    ap.add_argument("--prompts", type=int, default=32)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+
+    import onnxruntime as ort
+    import torch
+
+    from edge_spec.distill.eagle import load_head
+    from edge_spec.distill.features import _aux_hooks
+    from edge_spec.distill.target import load_target, render
+
+    torch.set_num_threads(args.threads)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from acceptance_by_confidence import _answers
+    from chat_prompts import CHAT_PROMPTS, chat_messages
+
+    t0 = time.time()
+    spec = json.loads((args.bundle / "edge_spec.json").read_text())
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    session = ort.InferenceSession(str(args.bundle / spec["target"]["graph"]), so, providers=["CPUExecutionProvider"])
+    target = load_target(args.target)
+    model = target.model
+    head = load_head(args.head, model.config.num_hidden_layers).eval()
+    d2t = head.draft_to_target
+    prompts = [render(target.tokenizer, chat_messages(p)) for p in CHAT_PROMPTS[:args.prompts]]
+    answers = _answers(model, prompts, args.tokens, target.stop_ids)
+    store: dict[int, torch.Tensor] = {}
+    handles = _aux_hooks(model, head.c.aux_layers, store)
+    hits = {f"{f}/{a}": [] for f in ("torch", "ort") for a in ("torch", "ort")}
+    agree, rel = [], []
+    try:
+        for p, a in zip(prompts, answers):
+            seq = p + a
+            ids = torch.tensor([seq])
+            with torch.no_grad():
+                out = model.model(input_ids=ids, use_cache=False)
+                arg = {"torch": model.lm_head(out.last_hidden_state)[0].argmax(-1).numpy()}
+                feats = {"torch": torch.cat([store[j] for j in head.c.aux_layers], -1)[0].float()}
+            arg["ort"], f_ort = ort_pass(session, spec, seq)
+            feats["ort"] = torch.from_numpy(f_ort)
+            x, y = feats["torch"].numpy(), f_ort
+            rel.append(float(np.sqrt(np.mean((x - y) ** 2) / np.mean(x ** 2))))
+            e = model.model.embed_tokens(ids[:, 1:])
+            drafts = {}
+            with torch.no_grad():
+                for f, fx in feats.items():
+                    logits = head.forward_chain(e, fx[None, :-1], 1)[0][1][0]
+                    drafts[f] = d2t[logits.argmax(-1)].numpy()
+            for j in range(len(p), len(seq)):  # answer token x_j: target argmax at j - 1, drafted at q = j - 2
+                agree.append(arg["torch"][j - 1] == arg["ort"][j - 1])
+                for f in feats:
+                    for s in arg:
+                        hits[f"{f}/{s}"].append(drafts[f][j - 2] == arg[s][j - 1])
+    finally:
+        for hd in handles:
+            hd.remove()
+    res = {k: round(float(np.mean(v)), 4) for k, v in hits.items()}
+    report = {"command": "python benchmarks/feature_source.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "date": time.strftime("%Y-%m-%d"), "prompts": len(prompts), "positions": len(agree),
+              "depth1_acceptance_features_over_argmax": res,
+              "argmax_torch_equals_ort": round(float(np.mean(agree)), 4),
+              "feature_rel_rms_error_mean": round(float(np.mean(rel)), 4), "seconds": round(time.time() - t0, 1)}
+    print(json.dumps(report, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
