@@ -47,6 +47,34 @@ def _answers(model, prompts: list[list[int]], tokens: int, stops: tuple[int, ...
     return out
 
 
+def load_pair(target_path: Path, head_path: Path, threads: int):
+    """(target, head in eval mode) with torch on ``threads`` threads."""
+    import torch
+
+    from edge_spec.distill.eagle import load_head
+    from edge_spec.distill.target import load_target
+
+    torch.set_num_threads(threads)
+    target = load_target(target_path)
+    return target, load_head(head_path, target.model.config.num_hidden_layers).eval()
+
+
+def chat_prompt_ids(target, n: int) -> list[list[int]]:
+    """The first ``n`` benchmark chat prompts rendered by the target's chat template."""
+    from chat_prompts import CHAT_PROMPTS, chat_messages
+
+    from edge_spec.distill.target import render
+
+    return [render(target.tokenizer, chat_messages(p)) for p in CHAT_PROMPTS[:n]]
+
+
+def depth1_logits(model, head, ids, feats):
+    """[S-1, Vd] head logits of its first draft at every position q of ``ids`` [1, S]: features ``feats`` [1, S, 3H]
+    at q and the embedding of x_{q+1}, predicting x_{q+2} (as it was trained)."""
+    e = model.model.embed_tokens(ids[:, 1:])  # x_{q+1} for q = 0..S-2
+    return head.forward_chain(e, feats[:, :-1], 1)[0][1][0]
+
+
 def measure(target, head, prompts: list[list[int]], tokens: int) -> dict:
     """Per answer position: target top-1 probability, whether the head's depth-1 draft equals the target's argmax."""
     import torch
@@ -66,8 +94,7 @@ def measure(target, head, prompts: list[list[int]], tokens: int) -> dict:
                 out = model.model(input_ids=ids, use_cache=False)
                 probs = torch.softmax(model.lm_head(out.last_hidden_state)[0].float(), -1)  # [S, V]
                 feats = torch.cat([store[j] for j in head.c.aux_layers], -1)  # [1, S, 3H]
-                e = model.model.embed_tokens(ids[:, 1:])  # x_{q+1} for q = 0..S-2
-                logits = head.forward_chain(e, feats[:, :-1], 1)[0][1][0]  # [S-1, Vd]: predicts x_{q+2}
+                logits = depth1_logits(model, head, ids, feats)
             drafts = d2t[logits.argmax(-1)]
             best4 = d2t[logits.topk(4, -1).indices]  # [S-1, 4]
             for j in range(len(p), len(p) + len(a)):  # answer token x_j, drafted at q = j - 2 from p at j - 1
@@ -111,18 +138,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from edge_spec.distill.eagle import load_head
-    from edge_spec.distill.target import load_target, render
-
-    torch.set_num_threads(args.threads)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from chat_prompts import CHAT_PROMPTS, chat_messages
     from distill_acceptance import answers_prompts
 
     t0 = time.time()
-    target = load_target(args.target)
-    head = load_head(args.head, target.model.config.num_hidden_layers).eval()
-    sets = {"chat": [render(target.tokenizer, chat_messages(p)) for p in CHAT_PROMPTS[:args.prompts]]}
+    target, head = load_pair(args.target, args.head, args.threads)
+    sets = {"chat": chat_prompt_ids(target, args.prompts)}
     if args.data:
         sets["held-out of " + ", ".join(f.name for f in args.data)] = answers_prompts(args.data, args.prompts)
     report = {"target": str(args.target), "head": str(args.head), "tokens": args.tokens, "threads": args.threads,

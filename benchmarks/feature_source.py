@@ -57,25 +57,20 @@ def main(argv: list[str] | None = None) -> int:
     import onnxruntime as ort
     import torch
 
-    from edge_spec.distill.eagle import load_head
     from edge_spec.distill.features import _aux_hooks
-    from edge_spec.distill.target import load_target, render
 
-    torch.set_num_threads(args.threads)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from acceptance_by_confidence import _answers
-    from chat_prompts import CHAT_PROMPTS, chat_messages
+    from acceptance_by_confidence import _answers, chat_prompt_ids, depth1_logits, load_pair
 
     t0 = time.time()
     spec = json.loads((args.bundle / "edge_spec.json").read_text())
     so = ort.SessionOptions()
     so.intra_op_num_threads = args.threads
     session = ort.InferenceSession(str(args.bundle / spec["target"]["graph"]), so, providers=["CPUExecutionProvider"])
-    target = load_target(args.target)
+    target, head = load_pair(args.target, args.head, args.threads)
     model = target.model
-    head = load_head(args.head, model.config.num_hidden_layers).eval()
     d2t = head.draft_to_target
-    prompts = [render(target.tokenizer, chat_messages(p)) for p in CHAT_PROMPTS[:args.prompts]]
+    prompts = chat_prompt_ids(target, args.prompts)
     answers = _answers(model, prompts, args.tokens, target.stop_ids)
     store: dict[int, torch.Tensor] = {}
     handles = _aux_hooks(model, head.c.aux_layers, store)
@@ -93,12 +88,9 @@ def main(argv: list[str] | None = None) -> int:
             feats["ort"] = torch.from_numpy(f_ort)
             x, y = feats["torch"].numpy(), f_ort
             rel.append(float(np.sqrt(np.mean((x - y) ** 2) / np.mean(x ** 2))))
-            e = model.model.embed_tokens(ids[:, 1:])
-            drafts = {}
             with torch.no_grad():
-                for f, fx in feats.items():
-                    logits = head.forward_chain(e, fx[None, :-1], 1)[0][1][0]
-                    drafts[f] = d2t[logits.argmax(-1)].numpy()
+                drafts = {f: d2t[depth1_logits(model, head, ids, fx[None]).argmax(-1)].numpy()
+                          for f, fx in feats.items()}
             for j in range(len(p), len(seq)):  # answer token x_j: target argmax at j - 1, drafted at q = j - 2
                 agree.append(arg["torch"][j - 1] == arg["ort"][j - 1])
                 for f in feats:
