@@ -647,3 +647,21 @@ def test_a_time_budget_holds_when_training_steps_slow_down(tiny_target, tmp_path
                                     tmp_path / "ckpt", 4.0, _quiet)
     assert time.time() - t0 <= 4.0 * 1.2 and report["seconds"] <= 4.0 * 1.2, report["seconds"]
     assert report["steps"] > 20
+
+
+def test_a_rerun_with_a_smaller_budget_keeps_the_shards_already_written(tiny_target, tmp_path):
+    """A data run cut short (here: its done marker removed) and run again with fewer --minutes than it has already
+    spent generating keeps every shard it wrote and generates none: the budget only stops new jobs."""
+    out = tmp_path / "d"
+    cfg = DistillConfig(target=tiny_target, out=out, threads=1, data_only=True,
+                        data=DataConfig(batch=6, self_instruct=6, magpie=0, max_jobs=4, max_new_tokens=8,
+                                        heldout_percent=30, eval_prompts=2))
+    distill(cfg, _quiet)
+    first = json.loads((out / "data" / "done.json").read_text())["shards"]
+    assert len([s for s in first if s.startswith("gen_")]) == 3  # max_jobs counts the self-instruct shard too
+    (out / "data" / "done.json").unlink()
+    (out / "data" / "answers.npz").unlink()
+    written = sorted(p.name for p in (out / "data").glob("*.npz"))
+    distill(replace(cfg, minutes=0.001), _quiet)  # a 0.024 s generation budget, long spent
+    assert json.loads((out / "data" / "done.json").read_text())["shards"] == first
+    assert sorted(p.name for p in (out / "data").glob("*.npz")) == sorted(written + ["answers.npz"])

@@ -333,8 +333,10 @@ def generate_data(target: Target, cfg: DataConfig, data_dir: Path, seconds: floa
     # 3. the pool: built-in + user + self-instruct + Magpie prompts, one deterministic order.
     pool = _pool(cfg, data_dir)
     cursor, j = 0, 0
-    while not out_of_budget() and cursor < len(pool):
+    while cursor < len(pool) and (cfg.max_jobs is None or len(shards) < cfg.max_jobs):
         path = data_dir / f"gen_{j:05d}.npz"
+        if not path.exists() and over_time():  # shards already written count, whatever this run's budget
+            break
         temp = TEMPERATURES[j % len(TEMPERATURES)]
         if j % 4 == 3:  # multi-turn: a follow-up on the previous job's conversations
             prev = json.loads((data_dir / f"gen_{j - 1:05d}.json").read_text())["conversations"]
