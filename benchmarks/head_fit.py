@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from edge_spec.distill.eagle import load_head
-    from edge_spec.distill.eagle_train import EagleTrainConfig, evaluate
+    from edge_spec.distill.eagle_train import EagleTrainConfig, evaluate, target_to_draft
     from edge_spec.distill.features import extract_features
     from edge_spec.distill.ids import read
     from edge_spec.distill.target import load_target
@@ -42,8 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     tgt = load_target(args.target)
     head = load_head(args.head, tgt.model.config.num_hidden_layers).eval()
-    t2d = np.full(head.c.vocab, -1, np.int64)
-    t2d[head.draft_to_target.numpy()] = np.arange(head.c.draft_vocab)
+    t2d = target_to_draft(head)
     train, held, _ = read(args.data)
     pick = np.sort(np.random.default_rng(0).choice(len(train), min(args.sequences, len(train)), replace=False))
     cfg = EagleTrainConfig()

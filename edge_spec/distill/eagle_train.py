@@ -117,6 +117,13 @@ def init_head(model: torch.nn.Module, cfg: Eagle3Config, kept: np.ndarray, scale
 
 
 # ---------------------------------------------------------------------------------------------- batches
+def target_to_draft(head: Eagle3Head) -> np.ndarray:
+    """[target vocab] int64: each target id's draft id, -1 for a token outside the head's draft vocabulary."""
+    t2d = np.full(head.c.vocab, -1, np.int64)
+    t2d[head.draft_to_target.numpy()] = np.arange(head.c.draft_vocab)
+    return t2d
+
+
 def _batch(seqs: list[Sequence], idx: np.ndarray, store: FeatureStore, t2d: np.ndarray, max_len: int,
            embed: torch.nn.Module, scale: torch.Tensor) -> dict[str, torch.Tensor]:
     """Drafter rows q = 0..S-2 of each sequence: next-token embeddings, scaled features, teacher rows.
@@ -238,8 +245,7 @@ def train_head(head: Eagle3Head, embed: torch.nn.Module, train: list[Sequence], 
     """Train in place until ``cfg.steps`` (or ``seconds``); resume from ``ckpt_dir``; returns the report.
 
     ``store`` holds the training sequences' features first, then the held-out ones'."""
-    t2d = np.full(head.c.vocab, -1, np.int64)
-    t2d[head.draft_to_target.numpy()] = np.arange(head.c.draft_vocab)
+    t2d = target_to_draft(head)
     sc = torch.from_numpy(scale)
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)

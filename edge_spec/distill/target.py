@@ -87,9 +87,10 @@ def load_target(target: str | Path, device: str = "cpu") -> Target:
     return Target(model=model, tokenizer=tok, path=path, sha256=file_sha256(path), stop_ids=tuple(sorted(stops)))
 
 
-def render(tok, messages: list[dict[str, str]]) -> list[int]:
-    """Token ids of a conversation as the target's own chat template renders it, ready for the assistant."""
-    ids = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+def render(tok, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+    """Token ids of a conversation as the target's own chat template renders it, ready for the assistant (or, with
+    ``add_generation_prompt=False``, ending with its last message's turn)."""
+    ids = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=add_generation_prompt)
     if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # transformers 5 may return a BatchEncoding
         ids = ids["input_ids"]
     return [int(i) for i in ids]

@@ -92,8 +92,7 @@ def write_text(pairs: list[tuple[str, str]], target: Path, out: Path, max_tokens
             continue
         user = [{"role": "user", "content": prompt}]
         head = render(tok, user)
-        whole = tok.apply_chat_template(user + [{"role": "assistant", "content": reply}], tokenize=True)
-        whole = [int(i) for i in (whole["input_ids"] if hasattr(whole, "keys") else whole)]
+        whole = render(tok, user + [{"role": "assistant", "content": reply}], add_generation_prompt=False)
         if whole[:len(head)] != head or len(head) >= max_tokens - 8:
             continue  # the template renders the reply's turn differently, or the prompt leaves no room
         if tok.eos_token_id in whole[len(head):]:  # the reply ends at the end-of-turn token, as an answer does
