@@ -207,6 +207,38 @@ def test_cli_reports_a_missing_target_in_one_sentence(tmp_path, capsys):
     assert err.startswith("edge-spec: error: --target") and "does not exist" in err and "\n" not in err
 
 
+def test_cli_lr_sets_the_peak_rate_of_fresh_and_continuing_runs(tmp_path, monkeypatch, capsys):
+    """--lr reaches both the layer drafter's and the head's training configs (continue_lr too: an --init-from run
+    uses that field); a rate that is not a positive finite number is refused in one sentence."""
+    import edge_spec.distill
+    from edge_spec.cli import main
+
+    seen: list[DistillConfig] = []
+    monkeypatch.setattr(edge_spec.distill, "distill", lambda cfg, log: seen.append(cfg))
+    target = tmp_path / "t.gguf"
+    target.write_bytes(b"")
+    assert main(["distill", "--target", str(target), "--out", str(tmp_path / "d"), "--lr", "3e-4"]) == 0
+    cfg = seen[-1]
+    assert cfg.train.lr == cfg.eagle.lr == cfg.eagle.continue_lr == 3e-4
+    assert main(["distill", "--target", str(target), "--out", str(tmp_path / "d")]) == 0
+    assert seen[-1].eagle.lr == 5e-4 and seen[-1].eagle.continue_lr == 1.5e-4  # the defaults stand without it
+    for bad in ("nan", "inf", "0", "x"):
+        with pytest.raises(SystemExit) as e:
+            main(["distill", "--target", str(target), "--out", str(tmp_path / "d"), "--lr", bad])
+        assert e.value.code == 2
+        assert "--lr" in capsys.readouterr().err
+
+
+def test_a_head_run_resumed_at_another_rate_is_refused(tiny_target, tmp_path):
+    from edge_spec.distill.eagle_train import EagleTrainConfig
+
+    out = tmp_path / "h"
+    distill(_eagle(tiny_target, out, steps=1), _quiet)
+    cfg = _eagle(tiny_target, out, steps=2)
+    with pytest.raises(EdgeSpecError, match=r"other settings \(lr\)"):
+        distill(replace(cfg, eagle=replace(cfg.eagle, lr=EagleTrainConfig().lr / 2)), _quiet)
+
+
 def test_time_budget_sets_the_step_count(tiny_target, tmp_path):
     from edge_spec.distill.drafter import build_drafter
     from edge_spec.distill.train import train

@@ -20,10 +20,18 @@ def _positive(kind: type):
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+        if not value > 0 or value == float("inf"):  # also refuses nan and inf
+            raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
         return value
     return parse
+
+
+def _rate(config: type, lr: float | None) -> dict[str, float]:
+    """The learning-rate fields of ``config`` set to ``--lr`` (fresh and continuing runs alike), or none."""
+    if lr is None:
+        return {}
+    names = [n for n in ("lr", "continue_lr") if n in config.__dataclass_fields__]
+    return dict.fromkeys(names, lr)
 
 
 def _count(text: str) -> int:
@@ -69,6 +77,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "then skips the feature pass, and on more data computes only the new answers (about 2 x 3 "
                         "x hidden bytes per position: 3.3 GB for SmolLM2 and 950k positions)")
     p.add_argument("--steps", type=_positive(int), metavar="N", help="exact training steps (reproducible)")
+    p.add_argument("--lr", type=_positive(float), metavar="RATE",
+                   help="peak learning rate of the training (cosine decay to a tenth; default 5e-4, or 1.5e-4 "
+                        "when continuing a head with --init-from)")
     p.add_argument("--data-jobs", type=_positive(int), metavar="N", help="exact number of generation batches")
     p.add_argument("--magpie", type=_count, default=256, metavar="N",
                    help="user messages the target writes itself from its chat template (Magpie), added to the "
@@ -106,8 +117,9 @@ def run(args: argparse.Namespace) -> int:
                         data_only=args.data_only, command="edge-spec " + shlex.join(sys.argv[1:]),
                         data=dataclasses.replace(DataConfig(), batch=args.batch, max_jobs=args.data_jobs,
                                                  magpie=args.magpie),
-                        train=dataclasses.replace(TrainConfig(), steps=args.steps),
-                        eagle=dataclasses.replace(EagleTrainConfig(), steps=args.steps))
+                        train=dataclasses.replace(TrainConfig(), steps=args.steps, **_rate(TrainConfig, args.lr)),
+                        eagle=dataclasses.replace(EagleTrainConfig(), steps=args.steps,
+                                                  **_rate(EagleTrainConfig, args.lr)))
 
     def log(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)

@@ -67,7 +67,8 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
     ckpt = cfg.out / "checkpoint-eagle3"
     check_marker(ckpt / "train.json", {"aux_layers": list(aux), "draft_vocab": ecfg.draft_vocab,
                                        "max_len": ecfg.max_len, "depth": ecfg.depth,
-                                       "init_from": str(cfg.init_from) if cfg.init_from else None}, cfg.out)
+                                       "init_from": str(cfg.init_from) if cfg.init_from else None,
+                                       "lr": ecfg.continue_lr if cfg.init_from else ecfg.lr}, cfg.out)
     features = Path(cfg.features) if cfg.features is not None else cfg.out / "features"
     store = extract_features(model, train_seqs + held_seqs, aux, features, ecfg.max_len, log,
                              teacher_top_k=teacher_top_k, target_sha256=target.sha256, shared=cfg.features is not None,

@@ -147,7 +147,8 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
     prior = prior_head(cfg.init_from, target, run_aux_layers(cfg, n_target)) if cfg.init_from is not None else None
     check_marker(cfg.out / "distill.json", meta, cfg.out)
     if cfg.kind == "layers" and not cfg.data_only:
-        check_marker(cfg.out / "checkpoint" / "train.json", {"layers_from": layers_from}, cfg.out)
+        check_marker(cfg.out / "checkpoint" / "train.json", {"layers_from": layers_from, "lr": cfg.train.lr},
+                     cfg.out)
     what = f"drafter from layers {layers_from}" if cfg.kind == "layers" else "an EAGLE-3 head"
     log(f"target: {n_target} layers, hidden {target.model.config.hidden_size}, sha256 {target.sha256[:16]}; {what}")
 
