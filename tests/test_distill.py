@@ -437,6 +437,25 @@ def test_init_from_continues_a_saved_head(tiny_target, tmp_path):
     assert not (tmp_path / "third").exists()  # refused before anything was written
 
 
+def test_the_card_names_text_the_target_did_not_write(tiny_target, tmp_path):
+    """An answers file whose meta names a source (teacher-forced text such as sharegpt.py's ShareGPT replies) is
+    reported as such, with its training tokens, in training.json and MODEL_CARD.md; the target's own are not."""
+    from edge_spec.distill.ids import pack, read
+
+    first = tmp_path / "first"
+    distill(_eagle(tiny_target, first, steps=1), _quiet)
+    assert "answer tokens written by the target for" in (first / "MODEL_CARD.md").read_text()
+    train, held, meta = read(first / "data" / "answers.npz")
+    other = pack(train, held, tmp_path / "other.npz", {**meta, "source": "replies of another model"})
+    report = distill(replace(_eagle(tiny_target, tmp_path / "h", steps=1), answers=other), _quiet)
+    (entry,) = report["data"]["answers"]["files"]
+    assert entry["source"] == "replies of another model"
+    assert entry["train_tokens"] == report["data"]["train_tokens"] == sum(len(s.ids) - s.prompt_len for s in train)
+    card = (tmp_path / "h" / "MODEL_CARD.md").read_text()
+    assert f"except text from other writers read teacher-forced ({entry['train_tokens']:,} in `{other}`: " \
+           "replies of another model)" in card
+
+
 def test_features_dir_lets_a_continuing_run_skip_the_feature_and_teacher_passes(tiny_target, tmp_path):
     """--features DIR keeps the target's features and teacher top-k: a second run on the same data (continuing the
     first head into another --out) computes neither, and trains exactly as if it had."""

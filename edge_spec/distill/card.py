@@ -74,7 +74,7 @@ def render_eagle_card(report: dict, command: str | None = None) -> str:
         "EAGLE-3 layout (config.json + model.safetensors with fc / midlayer / norm / lm_head / d2t / t2d).",
         "",
         f"* Stored parameters: {d['params_stored']:,} (fp16, {2 * d['params_stored'] / 2**20:.1f} MiB).",
-        f"* Data: {data['train_tokens']:,} answer tokens written by the target for {data['train_sequences']:,} "
+        f"* Data: {data['train_tokens']:,} answer tokens {_writers(data)} for {data['train_sequences']:,} "
         f"prompts, {_generation_seconds(data) / 60:.1f} min of generation; held out: {data['heldout_sequences']} "
         f"prompts, {data['heldout_tokens']:,} tokens. Features recomputed in {report['features_seconds'] / 60:.1f} "
         "min (teacher-forced passes).",
@@ -110,6 +110,16 @@ def render_eagle_card(report: dict, command: str | None = None) -> str:
 def _generation_seconds(data: dict) -> float:
     """Generation time of the data: this run's, or the answers files' (``--data``) when it generated none."""
     return data["generation_seconds"] or float((data.get("answers") or {}).get("generation_seconds") or 0.0)
+
+
+def _writers(data: dict) -> str:
+    """Who wrote the answers: the target, except the tokens of ``--data`` files whose meta names another source
+    (teacher-forced text: the features and the teacher's distribution are still the target's)."""
+    other = [f for f in (data.get("answers") or {}).get("files", []) if f.get("source")]
+    if not other:
+        return "written by the target"
+    parts = "; ".join(f"{f.get('train_tokens', 0):,} in `{f['file']}`: {f['source']}" for f in other)
+    return f"written by the target, except text from other writers read teacher-forced ({parts})"
 
 
 def _continued(report: dict) -> list[str]:

@@ -82,7 +82,7 @@ def read_many(paths: list[Path]) -> tuple[list[Sequence], list[Sequence], dict]:
                                 "pass answers files of one target.")
         if sha is not None:
             meta["target_sha256"] = sha
-        kept = 0
+        kept = train_tokens = 0
         for seqs, out in ((t, train), (h, held)):
             for seq in seqs:
                 key = (seq.prompt_len, seq.ids.astype(np.int32).tobytes())
@@ -90,8 +90,12 @@ def read_many(paths: list[Path]) -> tuple[list[Sequence], list[Sequence], dict]:
                     seen.add(key)
                     out.append(seq)
                     kept += 1
+                    train_tokens += (len(seq.ids) - seq.prompt_len) if out is train else 0
         meta["generation_seconds"] = (meta.get("generation_seconds") or 0.0) + (m.get("generation_seconds") or 0.0)
-        meta["files"].append({"file": str(path), "sequences": len(t) + len(h), "kept": kept})
+        meta["files"].append({"file": str(path), "sequences": len(t) + len(h), "kept": kept,
+                              "train_tokens": train_tokens,
+                              # text the target did not write (e.g. teacher-forced ShareGPT replies) says so
+                              **({"source": m["source"]} if m.get("source") else {})})
     return train, held, meta
 
 
