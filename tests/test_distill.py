@@ -456,6 +456,29 @@ def test_the_card_names_text_the_target_did_not_write(tiny_target, tmp_path):
            "replies of another model)" in card
 
 
+def test_head_mlp_sets_a_fresh_heads_width_and_widens_a_continued_one_without_undoing_it(tiny_target, tmp_path):
+    """--head-mlp: a fresh head of another MLP width trains and saves at that width; a continued head made wider
+    scores before its first step what it scored when saved (the new units start silent); a run resumed at another
+    width is refused; a layer drafter refuses the flag."""
+    first = tmp_path / "first"
+    prior = distill(_eagle(tiny_target, first, steps=2, mlp=96), _quiet)  # the tiny target's MLP: 128 units
+    assert json.loads((first / "config.json").read_text())["intermediate_size"] == 96
+    assert prior["drafter"]["mlp"] == 96
+    wide = tmp_path / "wide"
+    report = distill(replace(_eagle(tiny_target, wide, steps=2, mlp=200), init_from=first,
+                             answers=first / "data" / "answers.npz"), _quiet)
+    start = report["train"]["history"][0]
+    for key in ("greedy", "t07"):
+        assert start[key] == pytest.approx(prior["train"]["final"][key], abs=0.02)
+    assert json.loads((wide / "config.json").read_text())["intermediate_size"] == 200
+    assert load_file(str(wide / "model.safetensors"))["midlayer.mlp.down_proj.weight"].shape == (64, 200)
+    cfg = replace(_eagle(tiny_target, wide, steps=3, mlp=256), init_from=first, answers=first / "data" / "answers.npz")
+    with pytest.raises(EdgeSpecError, match=r"other settings \(mlp\)"):
+        distill(cfg, _quiet)
+    with pytest.raises(EdgeSpecError, match="--head-mlp"):
+        distill(replace(_config(tiny_target, tmp_path / "layers", 1), eagle=cfg.eagle), _quiet)
+
+
 def test_features_dir_lets_a_continuing_run_skip_the_feature_and_teacher_passes(tiny_target, tmp_path):
     """--features DIR keeps the target's features and teacher top-k: a second run on the same data (continuing the
     first head into another --out) computes neither, and trains exactly as if it had."""

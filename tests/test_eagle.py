@@ -62,6 +62,29 @@ def test_training_chain_equals_the_runtime_incremental_steps():
             torch.testing.assert_close(logits[-1], chain[d][1][0, q], rtol=1e-4, atol=1e-4)
 
 
+def test_resize_mlp_widens_without_changing_the_head_and_narrows_to_its_strongest_units():
+    from edge_spec.distill.eagle_train import resize_mlp
+
+    head = random_head(_config()).eval()
+    g = torch.Generator().manual_seed(2)
+    e = torch.randn(2, 7, HIDDEN, generator=g)
+    feats = torch.randn(2, 7, head.c.feature_dim, generator=g) * 3
+    wide = resize_mlp(head, 2 * FFN + 5).eval()
+    assert wide.c.intermediate == 2 * FFN + 5 and wide.midlayer.mlp.down_proj.weight.shape == (HIDDEN, 2 * FFN + 5)
+    assert torch.equal(wide.draft_to_target, head.draft_to_target)
+    with torch.no_grad():
+        before, after = head.forward_chain(e, feats, 3), wide.forward_chain(e, feats, 3)
+    for (h0, l0), (h1, l1) in zip(before, after):
+        torch.testing.assert_close(h1, h0, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(l1, l0, rtol=1e-5, atol=1e-5)
+    assert wide.midlayer.mlp.gate_proj.weight[FFN:].abs().sum() > 0  # new units can learn (their down starts at 0)
+    narrow = resize_mlp(head, FFN // 2)
+    down = head.midlayer.mlp.down_proj.weight
+    keep = down.norm(dim=0).topk(FFN // 2).indices.sort().values
+    assert torch.equal(narrow.midlayer.mlp.down_proj.weight, down[:, keep])
+    assert torch.equal(narrow.midlayer.mlp.up_proj.weight, head.midlayer.mlp.up_proj.weight[keep])
+
+
 def test_head_round_trips_in_the_published_layout(tmp_path: Path):
     cfg = _config()
     head = random_head(cfg)
@@ -168,6 +191,44 @@ def test_eagle_bundle_matches_references_and_is_lossless(eagle_pair, tmp_path: P
     assert a.token_ids == b.token_ids == engine.generate("hello world", cfg, speculative=False).token_ids
     fixed = engine.generate("hello world", cfg, draft_length=3)  # drafts every step, however loaded the machine
     assert fixed.token_ids == a.token_ids and fixed.stats.drafted > 0
+
+
+@pytest.mark.slow
+def test_a_head_with_another_mlp_width_exports_and_matches_torch(eagle_pair, tmp_path: Path):
+    """A head whose MLP is wider than the target's (distill --head-mlp) exports as any other: the drafter graph
+    equals the torch reference and greedy speculative == greedy AR."""
+    from dataclasses import replace
+
+    from transformers import AutoModelForCausalLM
+
+    from edge_spec.bundle import read_manifest
+    from edge_spec.fetch import file_sha256
+    from edge_spec.runtime.engine import Engine
+    from edge_spec.runtime.session import ModelSession, shared_initializers
+
+    target, _, base = eagle_pair
+    head = random_head(replace(base.c, intermediate=2 * FFN + 8), seed=3)
+    save_head(head, tmp_path / "head", extra={"edge_spec_drafter": {"target_sha256": file_sha256(target)}})
+    head = load_head(tmp_path / "head")
+    out = tmp_path / "bundle"
+    opts = ExportOptions(trim_vocab=None, max_context=64, measure_memory=False, drafter_quant=Quant("fp32", None),
+                         target_quant=Quant("int4", 1), gguf_mode="exact", kv_dtype="float32")
+    export_bundle(str(target), str(tmp_path / "head"), out, opts, progress=None)
+    m = read_manifest(out)
+    shared = shared_initializers(out, m)
+    d = ModelSession(out / m.drafter.graph, m.drafter, providers=["CPUExecutionProvider"], device="cpu",
+                     capacity=32, max_rows=8, initializers=shared)
+    g = np.random.default_rng(5)
+    nxt = np.array([60, 61, 62, 70])
+    feats = (g.standard_normal((len(nxt), head.c.feature_dim)) * 3).astype(np.float16)  # as the target writes them
+    logits = d.forward(nxt, feats).copy()
+    feats = feats.astype(np.float32)
+
+    hf = AutoModelForCausalLM.from_pretrained(str(target.parent), gguf_file=target.name, dtype=torch.float32)
+    with torch.no_grad():
+        _, ref, _ = step(head, hf.model.embed_tokens(torch.tensor(nxt)), head.fc(torch.from_numpy(feats)), 0, None)
+    np.testing.assert_allclose(logits, ref.numpy(), rtol=1e-3, atol=1e-3)
+    assert_greedy_sd_equals_ar(Engine.load(out, max_context=64), 12)
 
 
 @pytest.mark.slow

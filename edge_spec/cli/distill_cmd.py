@@ -69,6 +69,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--aux-layers", type=int, nargs=3, metavar=("LOW", "MID", "HIGH"),
                    help="--kind eagle3: the residual streams it reads, as inputs of target layers (0 = embeddings, "
                         "L = the last layer's output; default 2, L/2, L)")
+    p.add_argument("--head-mlp", type=_positive(int), metavar="UNITS",
+                   help="--kind eagle3: the head's MLP width (default: the target's, or the --init-from head's); a "
+                        "continued head made wider keeps what it learned (new units start silent); a unit costs "
+                        "3 x hidden multiply-adds per drafted token (SmolLM2's default head: 1,536 units, 2.7M of "
+                        "its 9.8M)")
     p.add_argument("--init-from", type=Path, metavar="HEAD_DIR",
                    help="eagle3: continue from this saved head (its vocabulary and weights), e.g. on more data")
     p.add_argument("--features", type=Path, metavar="DIR",
@@ -118,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
                         data=dataclasses.replace(DataConfig(), batch=args.batch, max_jobs=args.data_jobs,
                                                  magpie=args.magpie),
                         train=dataclasses.replace(TrainConfig(), steps=args.steps, **_rate(TrainConfig, args.lr)),
-                        eagle=dataclasses.replace(EagleTrainConfig(), steps=args.steps,
+                        eagle=dataclasses.replace(EagleTrainConfig(), steps=args.steps, mlp=args.head_mlp,
                                                   **_rate(EagleTrainConfig, args.lr)))
 
     def log(msg: str) -> None:

@@ -73,7 +73,8 @@ def render_eagle_card(report: dict, command: str | None = None) -> str:
         f"{d['draft_vocab']:,} tokens ({_pct(d['draft_vocab_coverage'])} of held-out answer tokens). Published "
         "EAGLE-3 layout (config.json + model.safetensors with fc / midlayer / norm / lm_head / d2t / t2d).",
         "",
-        f"* Stored parameters: {d['params_stored']:,} (fp16, {2 * d['params_stored'] / 2**20:.1f} MiB).",
+        f"* Stored parameters: {d['params_stored']:,} (fp16, {2 * d['params_stored'] / 2**20:.1f} MiB)"
+        + (f"; MLP {d['mlp']:,} units." if d.get("mlp") else "."),
         f"* Data: {data['train_tokens']:,} answer tokens {_writers(data)} for {data['train_sequences']:,} "
         f"prompts, {_generation_seconds(data) / 60:.1f} min of generation; held out: {data['heldout_sequences']} "
         f"prompts, {data['heldout_tokens']:,} tokens. Features recomputed in {report['features_seconds'] / 60:.1f} "

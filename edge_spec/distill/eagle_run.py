@@ -20,6 +20,7 @@ from edge_spec.distill.eagle_train import (
     fold_scale,
     head_config,
     init_head,
+    resize_mlp,
     train_head,
 )
 from edge_spec.distill.features import aux_scale, extract_features
@@ -65,10 +66,12 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
     aux = run_aux_layers(cfg, n)
     ecfg = dataclasses.replace(cfg.eagle, seed=cfg.seed)
     ckpt = cfg.out / "checkpoint-eagle3"
+    width = ecfg.mlp or (prior.c.intermediate if prior is not None else model.config.intermediate_size)
     check_marker(ckpt / "train.json", {"aux_layers": list(aux), "draft_vocab": ecfg.draft_vocab,
                                        "max_len": ecfg.max_len, "depth": ecfg.depth,
                                        "init_from": str(cfg.init_from) if cfg.init_from else None,
-                                       "lr": ecfg.continue_lr if cfg.init_from else ecfg.lr}, cfg.out)
+                                       "lr": ecfg.continue_lr if cfg.init_from else ecfg.lr, "mlp": width},
+                 cfg.out)
     features = Path(cfg.features) if cfg.features is not None else cfg.out / "features"
     store = extract_features(model, train_seqs + held_seqs, aux, features, ecfg.max_len, log,
                              teacher_top_k=teacher_top_k, target_sha256=target.sha256, shared=cfg.features is not None,
@@ -83,6 +86,10 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
             head.fc.weight.div_(torch.from_numpy(scale)[None, :])
         ecfg = dataclasses.replace(ecfg, lr=ecfg.continue_lr, warmup=ecfg.continue_warmup)
         log(f"head: starting from {cfg.init_from} (peak learning rate {ecfg.lr:g} after {ecfg.warmup} steps)")
+    if width != head.c.intermediate:
+        log(f"head: MLP {head.c.intermediate} -> {width} units"
+            + (" (new units start silent: the head computes what it did)" if width > head.c.intermediate else ""))
+        head = resize_mlp(head, width, seed=cfg.seed)
     covered = _coverage(held_seqs, kept)
     log(f"draft vocabulary: {len(kept):,} of {model.config.vocab_size:,} target tokens, covering {covered:.3%} of "
         "held-out answer tokens")
@@ -95,7 +102,7 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
         "target": {"path": str(cfg.target), "sha256": target.sha256, "layers": n,
                    "hidden_size": model.config.hidden_size},
         "drafter": {"aux_layers": list(aux), "draft_vocab": len(kept), "draft_vocab_coverage": round(covered, 4),
-                    "params_stored": sum(p.numel() for p in head.parameters())},
+                    "mlp": head.c.intermediate, "params_stored": sum(p.numel() for p in head.parameters())},
         "data": data_stats,
         "features_seconds": round(feature_seconds, 1),
         "init_from": _prior_summary(cfg.init_from) if cfg.init_from else None,
@@ -126,7 +133,7 @@ def prior_head(path: Path, target: Target, aux: tuple[int, ...]) -> Eagle3Head:
                             "from a head of this target or leave --init-from out.")
     head = load_head(Path(path), target.model.config.num_hidden_layers)
     want = head_config(target.model, aux, head.c.draft_vocab)
-    if head.c != want:
+    if dataclasses.replace(head.c, intermediate=want.intermediate) != want:  # --head-mlp may resize the MLP
         raise EdgeSpecError(f"--init-from '{path}' has another shape than this run's head (aux layers "
                             f"{list(head.c.aux_layers)}, hidden {head.c.hidden}); pass the same --aux-layers or "
                             "leave --init-from out.")

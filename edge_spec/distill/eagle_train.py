@@ -22,7 +22,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +57,7 @@ class EagleTrainConfig:
     eval_depth: int = 4
     checkpoint_seconds: float = 300.0
     eval_batch: int = 16
+    mlp: int | None = None  # the head's MLP width (units); None: the target's (a fresh head) or the --init-from head's
     bf16: bool = False  # training steps' matmuls under bfloat16 autocast (run.train_precision); evaluations fp32
     eval_tokens: int = 24_000  # answer tokens of the held-out sequences evaluated during training (all at the end)
 
@@ -114,6 +115,34 @@ def init_head(model: torch.nn.Module, cfg: Eagle3Config, kept: np.ndarray, scale
     fc[:, -t:] = torch.diag(torch.from_numpy(1.0 / scale[-t:]))  # fc(x * scale) = the last aux feature
     head.fc.weight.copy_(fc)
     return head
+
+
+@torch.no_grad()
+def resize_mlp(head: Eagle3Head, width: int, seed: int = 0) -> Eagle3Head:
+    """A copy of ``head`` whose MLP has ``width`` units (every other tensor the same).
+
+    Widening keeps every unit and adds units whose down-projection columns are zero (their gate / up rows random
+    at the scale of the existing rows), so the wider head computes exactly what ``head`` did and training grows
+    them from there; narrowing keeps the ``width`` units with the largest down-projection columns."""
+    old = head.midlayer.mlp
+    wide = Eagle3Head(replace(head.c, intermediate=width))
+    state = {k: v for k, v in head.state_dict().items() if ".mlp." not in k}
+    wide.load_state_dict(state, strict=False)
+    n = head.c.intermediate
+    gate, up, down = old.gate_proj.weight, old.up_proj.weight, old.down_proj.weight  # [n, H], [n, H], [H, n]
+    new = wide.midlayer.mlp
+    if width <= n:
+        keep = down.norm(dim=0).topk(width).indices.sort().values
+        new.gate_proj.weight.copy_(gate[keep])
+        new.up_proj.weight.copy_(up[keep])
+        new.down_proj.weight.copy_(down[:, keep])
+        return wide
+    g = torch.Generator().manual_seed(seed)
+    extra = width - n
+    new.gate_proj.weight.copy_(torch.cat((gate, torch.randn(extra, gate.shape[1], generator=g) * gate.std())))
+    new.up_proj.weight.copy_(torch.cat((up, torch.randn(extra, up.shape[1], generator=g) * up.std())))
+    new.down_proj.weight.copy_(torch.cat((down, torch.zeros(down.shape[0], extra)), 1))
+    return wide
 
 
 # ---------------------------------------------------------------------------------------------- batches

@@ -130,6 +130,8 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
     if cfg.features is not None and cfg.kind != "eagle3":
         raise EdgeSpecError("--features keeps the target's hidden states for an EAGLE-3 head; add --kind eagle3 or "
                             "leave --features out.")
+    if cfg.eagle.mlp is not None and cfg.kind != "eagle3":
+        raise EdgeSpecError("--head-mlp sets the width of an EAGLE-3 head; add --kind eagle3 or leave it out.")
     if cfg.init_from is not None and cfg.kind != "eagle3":
         raise EdgeSpecError("--init-from continues an EAGLE-3 head; add --kind eagle3 (a layer drafter resumes from "
                             "its own --out directory).")
