@@ -20,6 +20,10 @@ from edge_spec.distill.eagle import Eagle3Config, Eagle3Head, load_head, read_he
 from edge_spec.errors import EdgeSpecError, ExportError  # noqa: E402
 from edge_spec.export.pipeline import ExportOptions, Quant, export_bundle  # noqa: E402
 
+# the reference export (exact weights, fp32 activations and KV, fp32 drafter): what is compared with torch
+REFERENCE = ExportOptions(trim_vocab=None, max_context=64, measure_memory=False, drafter_quant=Quant("fp32", None),
+                          target_quant=Quant("int4", 1), gguf_mode="exact", kv_dtype="float32")
+
 
 def _config(vocab: int = 300, draft_vocab: int = 120, aux: tuple[int, ...] = (0, 2, 3)) -> Eagle3Config:
     return Eagle3Config(hidden=HIDDEN, target_hidden=HIDDEN, heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD,
@@ -140,9 +144,7 @@ def test_eagle_bundle_matches_references_and_is_lossless(eagle_pair, tmp_path: P
 
     target, head_dir, head = eagle_pair
     out = tmp_path / "bundle"
-    # the reference configuration (exact weights, fp32 activations and KV): compared with torch below
-    opts = ExportOptions(trim_vocab=None, max_context=64, measure_memory=False, drafter_quant=Quant("fp32", None),
-                         target_quant=Quant("int4", 1), gguf_mode="exact", kv_dtype="float32")
+    opts = REFERENCE  # compared with torch below
     export_bundle(str(target), str(head_dir), out, opts, progress=None)
     m = read_manifest(out)
     assert m.target.feature_layers == [0, 2, 3] and m.target.feature_dim == 3 * HIDDEN
@@ -211,8 +213,7 @@ def test_a_head_with_another_mlp_width_exports_and_matches_torch(eagle_pair, tmp
     save_head(head, tmp_path / "head", extra={"edge_spec_drafter": {"target_sha256": file_sha256(target)}})
     head = load_head(tmp_path / "head")
     out = tmp_path / "bundle"
-    opts = ExportOptions(trim_vocab=None, max_context=64, measure_memory=False, drafter_quant=Quant("fp32", None),
-                         target_quant=Quant("int4", 1), gguf_mode="exact", kv_dtype="float32")
+    opts = REFERENCE
     export_bundle(str(target), str(tmp_path / "head"), out, opts, progress=None)
     m = read_manifest(out)
     shared = shared_initializers(out, m)

@@ -65,12 +65,14 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
     n = model.config.num_hidden_layers
     aux = run_aux_layers(cfg, n)
     ecfg = dataclasses.replace(cfg.eagle, seed=cfg.seed)
+    if prior is not None:  # a continuation trains at its own (lower) peak rate after a longer warm-up
+        ecfg = dataclasses.replace(ecfg, lr=ecfg.continue_lr, warmup=ecfg.continue_warmup)
     ckpt = cfg.out / "checkpoint-eagle3"
     width = ecfg.mlp or (prior.c.intermediate if prior is not None else model.config.intermediate_size)
     check_marker(ckpt / "train.json", {"aux_layers": list(aux), "draft_vocab": ecfg.draft_vocab,
                                        "max_len": ecfg.max_len, "depth": ecfg.depth,
                                        "init_from": str(cfg.init_from) if cfg.init_from else None,
-                                       "lr": ecfg.continue_lr if cfg.init_from else ecfg.lr, "mlp": width},
+                                       "lr": ecfg.lr, "mlp": width},
                  cfg.out)
     features = Path(cfg.features) if cfg.features is not None else cfg.out / "features"
     store = extract_features(model, train_seqs + held_seqs, aux, features, ecfg.max_len, log,
@@ -84,7 +86,6 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
         head, kept = prior, prior.draft_to_target.numpy()
         with torch.no_grad():  # the saved fc reads raw features; training feeds them scaled (fold_scale undone)
             head.fc.weight.div_(torch.from_numpy(scale)[None, :])
-        ecfg = dataclasses.replace(ecfg, lr=ecfg.continue_lr, warmup=ecfg.continue_warmup)
         log(f"head: starting from {cfg.init_from} (peak learning rate {ecfg.lr:g} after {ecfg.warmup} steps)")
     if width != head.c.intermediate:
         log(f"head: MLP {head.c.intermediate} -> {width} units"
