@@ -293,6 +293,7 @@ def test_a_gguf_alone_then_a_head_distilled_for_it(arch: str, tmp_path: Path):
 
     m = export_bundle(str(target), str(tmp_path / "head"), tmp_path / "bundle", opts, progress=None)
     assert m.drafter.kind == "eagle3" and m.vocab_trim.kept == 64
+    assert (m.drafter.quantization.precision, m.drafter.quantization.accuracy_level) == ("int8", 4)  # a head's default
     assert_greedy_sd_equals_ar(Engine.load(tmp_path / "bundle", max_context=64), 12)
 
 

@@ -319,6 +319,9 @@ def test_distilled_drafter_shares_the_target_embedding(tmp_path: Path) -> None:
     assert rows["model.layers.0.mlp.up_proj.weight"]["bits"] == 8
     assert not rows["model.layers.0.mlp.up_proj.weight"]["exact"]
     assert m.drafter.quantization.precision == "int8" and m.drafter.num_layers == 1
+    default = export_bundle(str(target), str(drafter), tmp_path / "b4", ExportOptions(
+        trim_vocab=None, max_context=64, measure_memory=False), progress=None)
+    assert default.drafter.quantization.precision == "int4"  # a layer drafter's default (an EAGLE-3 head's: int8)
     assert (out / "target/embed.data").samefile(out / "drafter/embed.data")
     # the drafter's logits: its embedding and LM head are the target's, bit for bit in the graph
     d = Decoder(out / m.drafter.graph, 32, HEAD).forward([1, 60, 61], 0)

@@ -53,7 +53,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="precision for both models: int4|int8|fp16|fp32, optional int4/int8 accuracy level "
                         "(e.g. int4:1); default: a GGUF target keeps its own precision at accuracy level 4 (int8 "
                         "activations, as llama.cpp; --target-quant int4:1 for fp32 activations), a Hugging Face "
-                        "target int4:1, the drafter int4:4")
+                        "target int4:1, the drafter int4:4 (an EAGLE-3 head int8:4)")
     p.add_argument("--target-quant", metavar="PREC[:LEVEL]", help="target precision (overrides --quant)")
     p.add_argument("--drafter-quant", metavar="PREC[:LEVEL]", help="drafter precision (overrides --quant)")
     p.add_argument("--lm-head", choices=("int8", "fp32"),
@@ -105,9 +105,9 @@ def _trim(value: str) -> int | str | None:
 def run(args: argparse.Namespace) -> int:
     from edge_spec.export.pipeline import DEFAULT_QUANT, ExportOptions, Quant, export_bundle
 
-    quants = {role: Quant.parse(getattr(args, f"{role}_quant") or args.quant or DEFAULT_QUANT[role], role)
-              for role in ("target", "drafter")}
-    opts = ExportOptions(target_quant=quants["target"], drafter_quant=quants["drafter"],
+    target_quant = Quant.parse(args.target_quant or args.quant or DEFAULT_QUANT["target"], "target")
+    given = args.drafter_quant or args.quant  # none: the drafter's own default (int8 for an EAGLE-3 head, else int4)
+    opts = ExportOptions(target_quant=target_quant, drafter_quant=Quant.parse(given, "drafter") if given else None,
                          trim_vocab=_trim(args.trim_vocab), calibration=args.calibration,
                          max_context=args.max_context, execution_provider=args.execution_provider,
                          force=args.force, trust_remote_code=args.trust_remote_code, lm_head=args.lm_head,

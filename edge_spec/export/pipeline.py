@@ -79,6 +79,10 @@ class Quant:
 DEFAULT_ACCURACY = {"target": 1, "drafter": 4}
 GGUF_TARGET_ACCURACY = 4
 DEFAULT_QUANT = {"target": "int4", "drafter": "int4"}
+# An EAGLE-3 head is small (~9M weights, a tenth of the demo target's) and was trained in float: int4 rounding costs
+# it a tenth of its accepted drafts (demo, chat prompts, greedy: 0.40 -> 0.36), int8 nothing measurable, for ~4.5 MB
+# more (BENCHMARKS.md, "The head's precision, measured again"). A distilled layer drafter keeps int4.
+EAGLE_DEFAULT_QUANT = "int8"
 # KV cache of the graphs edge-spec builds itself (GGUF targets, distilled drafters, EAGLE-3 heads): fp16, as
 # llama.cpp's default, half the bytes of fp32 (docs/export.md, "KV cache precision"). Builder graphs keep fp32.
 OWN_KV_DTYPE = "float16"
@@ -91,6 +95,14 @@ def default_level(role: str, ckpt: object) -> int:
     return DEFAULT_ACCURACY[role]
 
 
+def drafter_quant(opts: ExportOptions, ckpt: object) -> Quant:
+    """The drafter's precision: the option, else EAGLE_DEFAULT_QUANT for an EAGLE-3 head, else DEFAULT_QUANT's."""
+    if opts.drafter_quant is not None:
+        return opts.drafter_quant
+    eagle = isinstance(ckpt, own_build.Source) and ckpt.kind == "eagle3"
+    return Quant(EAGLE_DEFAULT_QUANT if eagle else DEFAULT_QUANT["drafter"])
+
+
 def own_kv_dtype(opts: ExportOptions) -> str:
     """The KV dtype of a graph our own builder makes: the option, or OWN_KV_DTYPE for "auto"."""
     return OWN_KV_DTYPE if opts.kv_dtype == "auto" else opts.kv_dtype
@@ -100,7 +112,7 @@ def own_kv_dtype(opts: ExportOptions) -> str:
 class ExportOptions:
     # accuracy level None: the source's default (default_level): GGUF target 4, Hugging Face target 1, drafter 4
     target_quant: Quant = field(default_factory=lambda: Quant("int4"))
-    drafter_quant: Quant = field(default_factory=lambda: Quant("int4"))
+    drafter_quant: Quant | None = None  # None: the drafter's default (drafter_quant): int8 for a head, else int4
     trim_vocab: int | str | None = "auto"  # K, "auto", or None (off)
     trim_share: float = vocab_trim.DEFAULT_SHARE
     calibration: Path | None = None  # prompts file; None = calibrate.DEFAULT_PROMPTS
@@ -148,7 +160,8 @@ def export_bundle(target: str, drafter: str | None, out: str | os.PathLike[str],
     say = progress or (lambda _msg: None)
     out = Path(out)
     for role, q in (("target", opts.target_quant), ("drafter", opts.drafter_quant)):
-        build.check_precision(q.precision, opts.execution_provider, role)
+        if q is not None:  # a drafter's default precision (int4 or int8) runs everywhere
+            build.check_precision(q.precision, opts.execution_provider, role)
     t_ckpt = _resolve(target, "target", opts, None)
     if isinstance(t_ckpt, own_build.Source) and opts.execution_provider != "cpu":
         raise ExportError(f"--execution-provider {opts.execution_provider} shapes the graphs of ONNX Runtime GenAI's "
@@ -226,8 +239,9 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint |
     own_drafter = isinstance(d_ckpt, own_build.Source)
     eagle = own_drafter and d_ckpt.kind == "eagle3"
     features = tuple(d_ckpt.config["eagle_aux_layers"]) if eagle else None  # what the target must output
+    d_quant = drafter_quant(opts, d_ckpt)
     roles = (("target", t_ckpt, opts.target_quant),) + (
-        (("drafter", d_ckpt, opts.drafter_quant),) if d_ckpt is not None else ())
+        (("drafter", d_ckpt, d_quant),) if d_ckpt is not None else ())
     for role, ckpt, q in roles:
         if role == "drafter" and own_drafter:
             continue  # built after VocabTrim chose its LM-head rows
@@ -241,15 +255,15 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint |
 
     trim = None
     if eagle:  # the head's draft vocabulary was chosen in training: its id map is the trim
-        graphs["drafter"], trim = _build_eagle(tmp, d_ckpt, opts, max_ctx, graphs["target"], tok_dir, tok_spec,
-                                               prompts, say)
+        graphs["drafter"], trim = _build_eagle(tmp, d_ckpt, d_quant, opts, max_ctx, graphs["target"], tok_dir,
+                                               tok_spec, prompts, say)
     elif opts.trim_vocab is not None and d_ckpt is not None:
         counts = _calibration_counts(graphs["target"], head_size(t_cfg), tok_dir, tok_spec, prompts, say)
         with _timed(say, "trim", f"drafter vocabulary ({opts.trim_vocab})"):
             keep = tuple(tok_spec.special_token_ids) + tuple(tok_spec.stop_token_ids)
             kept = vocab_trim.choose_kept(counts, opts.trim_vocab, keep, opts.trim_share)
             if own_drafter:  # our builder slices the LM head's rows (exact: blocks run along K)
-                graphs["drafter"] = _build_role(tmp, "drafter", d_ckpt, opts.drafter_quant, opts, max_ctx, cache,
+                graphs["drafter"] = _build_role(tmp, "drafter", d_ckpt, d_quant, opts, max_ctx, cache,
                                                 say, kept=kept.ids)
                 before, after = own_build.head_bytes(d_ckpt)
             else:
@@ -261,7 +275,7 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint |
         say(f"[trim] kept {trim.kept}/{trim.full} tokens covering {trim.coverage:.1%} of "
             f"{trim.calibration_tokens} target tokens; LM head {before / 1e6:.2f} MB -> {after / 1e6:.2f} MB")
     if "drafter" not in graphs and d_ckpt is not None:
-        graphs["drafter"] = _build_role(tmp, "drafter", d_ckpt, opts.drafter_quant, opts, max_ctx, cache, say)
+        graphs["drafter"] = _build_role(tmp, "drafter", d_ckpt, d_quant, opts, max_ctx, cache, say)
     shutil.rmtree(cache, ignore_errors=True)
     for f in ("genai_config.json",) + TOKENIZER_FILES:  # the drafter dir holds only its graph (+ id map)
         (tmp / "drafter" / f).unlink(missing_ok=True)
@@ -320,12 +334,11 @@ def _own_bits(q: Quant, role: str, name: str) -> int | None:
     return bits
 
 
-def _build_eagle(tmp: Path, src: own_build.Source, opts: ExportOptions, max_ctx: int, target_graph: Path,
+def _build_eagle(tmp: Path, src: own_build.Source, q: Quant, opts: ExportOptions, max_ctx: int, target_graph: Path,
                  tok_dir: Path, tok_spec: TokenizerSpec, prompts: list[str], say: Progress
                  ) -> tuple[Path, VocabTrim]:
     """An EAGLE-3 head's graph and its draft->target id map (as the VocabTrim entry). Its coverage of what the
     target writes is measured on the calibration prompts unless trimming is off (then 0 tokens, coverage 0)."""
-    q = opts.drafter_quant
     level = q.accuracy_level if q.accuracy_level is not None else default_level("drafter", src)
     bits = _own_bits(q, "drafter", src.name)
     with _timed(say, "build", f"drafter EAGLE-3 head -> {q.precision} + the target's embedding, accuracy_level "
