@@ -97,7 +97,7 @@ def main() -> int:
     if args.worker:
         from ar_vs_genai import worker  # its measurement: best of 2 passes over 6 prompts x 96 tokens, warmed up
 
-        print(json.dumps(worker("edge-spec", Path(args.worker[0]), int(args.worker[1]), 6, 96)))
+        print(json.dumps(worker("edge-spec", Path(args.worker[0]), int(args.worker[1]), 6, 96, [])))
         return 0
     from edge_spec.demo import resolve_bundle
 
