@@ -124,16 +124,23 @@ def measure(target, head, prompts: list[list[int]], tokens: int) -> dict:
             "mean_top1": round(float(conf_a.mean()), 4), "by_top1": rows, "by_position": by_pos}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def head_arguments(doc: str) -> argparse.ArgumentParser:
+    """The arguments of the scripts that run a head on the target's chat answers in torch (this one,
+    feature_source.py, head_precision.py): --target, --head, --prompts, --tokens, --threads, --json."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", required=True, type=Path)
     ap.add_argument("--head", required=True, type=Path, help="an EAGLE-3 head directory (edge-spec distill --out)")
-    ap.add_argument("--data", type=Path, nargs="*", default=[], metavar="ANSWERS_NPZ",
-                    help="answers files whose held-out prompts form the second set")
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=Path)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = head_arguments(__doc__)
+    ap.add_argument("--data", type=Path, nargs="*", default=[], metavar="ANSWERS_NPZ",
+                    help="answers files whose held-out prompts form the second set")
     args = ap.parse_args(argv)
 
     import torch

@@ -18,7 +18,6 @@ learn the graph's own distribution; if through the features, the graph's feature
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -44,23 +43,17 @@ def ort_pass(session, spec: dict, ids: list[int]) -> tuple[np.ndarray, np.ndarra
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", required=True, type=Path)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from acceptance_by_confidence import _answers, chat_prompt_ids, depth1_logits, head_arguments, load_pair
+
+    ap = head_arguments(__doc__)
     ap.add_argument("--bundle", required=True, type=Path)
-    ap.add_argument("--head", required=True, type=Path)
-    ap.add_argument("--prompts", type=int, default=32)
-    ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
 
     import onnxruntime as ort
     import torch
 
     from edge_spec.distill.features import _aux_hooks
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from acceptance_by_confidence import _answers, chat_prompt_ids, depth1_logits, load_pair
 
     t0 = time.time()
     spec = json.loads((args.bundle / "edge_spec.json").read_text())

@@ -15,7 +15,6 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import sys
@@ -42,19 +41,12 @@ def rounded(head, names: list[str], bits: int, block: int):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", required=True, type=Path)
-    ap.add_argument("--head", required=True, type=Path, help="an EAGLE-3 head directory (edge-spec distill --out)")
-    ap.add_argument("--prompts", type=int, default=32)
-    ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--json", type=Path)
-    args = ap.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from acceptance_by_confidence import _answers, chat_prompt_ids, depth1_logits, head_arguments, load_pair
+
+    args = head_arguments(__doc__).parse_args(argv)
 
     import torch
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from acceptance_by_confidence import _answers, chat_prompt_ids, depth1_logits, load_pair
 
     from edge_spec.distill.features import _aux_hooks
 
