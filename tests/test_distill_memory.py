@@ -84,5 +84,9 @@ def test_capped_primitive_cache_keeps_bf16_matmuls_of_many_shapes_from_growing_m
     # shapes through a bf16 576 -> 2048 linear and its backward: resident memory grew ~520 MB here with oneDNN's
     # default cache (a compiled primitive with its reordered weights per shape), ~180 MB capped.
     pytest.importorskip("torch")
+    from edge_spec.distill.run import cpu_has_bf16
+
+    if not cpu_has_bf16():  # distill then trains in float32; oneDNN's emulated bf16 grew 50 MB either way (AVX2 EPYC)
+        pytest.skip("this CPU has no native bfloat16 matmuls, the only path whose primitive cache grows")
     grown = {mode: int(_run(_SHAPES, mode)[-1]) for mode in ("capped", "default")}
     assert grown["capped"] < 0.5 * grown["default"], grown
