@@ -80,7 +80,7 @@ DEFAULT_ACCURACY = {"target": 1, "drafter": 4}
 GGUF_TARGET_ACCURACY = 4
 DEFAULT_QUANT = {"target": "int4", "drafter": "int4"}
 # An EAGLE-3 head is small (~9M weights, a tenth of the demo target's) and was trained in float: int4 rounding costs
-# it a tenth of its accepted drafts (demo, chat prompts, greedy: 0.40 -> 0.36), int8 nothing measurable, for ~4.5 MB
+# it a tenth of its accepted drafts (demo, chat prompts, greedy: 0.40 -> 0.36), int8 nothing measurable, for 4.75 MB
 # more (BENCHMARKS.md, "The head's precision, measured again"). A distilled layer drafter keeps int4.
 EAGLE_DEFAULT_QUANT = "int8"
 # KV cache of the graphs edge-spec builds itself (GGUF targets, distilled drafters, EAGLE-3 heads): fp16, as
