@@ -95,14 +95,6 @@ def default_level(role: str, ckpt: object) -> int:
     return DEFAULT_ACCURACY[role]
 
 
-def drafter_quant(opts: ExportOptions, ckpt: object) -> Quant:
-    """The drafter's precision: the option, else EAGLE_DEFAULT_QUANT for an EAGLE-3 head, else DEFAULT_QUANT's."""
-    if opts.drafter_quant is not None:
-        return opts.drafter_quant
-    eagle = isinstance(ckpt, own_build.Source) and ckpt.kind == "eagle3"
-    return Quant(EAGLE_DEFAULT_QUANT if eagle else DEFAULT_QUANT["drafter"])
-
-
 def own_kv_dtype(opts: ExportOptions) -> str:
     """The KV dtype of a graph our own builder makes: the option, or OWN_KV_DTYPE for "auto"."""
     return OWN_KV_DTYPE if opts.kv_dtype == "auto" else opts.kv_dtype
@@ -112,7 +104,7 @@ def own_kv_dtype(opts: ExportOptions) -> str:
 class ExportOptions:
     # accuracy level None: the source's default (default_level): GGUF target 4, Hugging Face target 1, drafter 4
     target_quant: Quant = field(default_factory=lambda: Quant("int4"))
-    drafter_quant: Quant | None = None  # None: the drafter's default (drafter_quant): int8 for a head, else int4
+    drafter_quant: Quant | None = None  # None: the drafter's default: int8 for a head, else int4
     trim_vocab: int | str | None = "auto"  # K, "auto", or None (off)
     trim_share: float = vocab_trim.DEFAULT_SHARE
     calibration: Path | None = None  # prompts file; None = calibrate.DEFAULT_PROMPTS
@@ -239,7 +231,8 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint |
     own_drafter = isinstance(d_ckpt, own_build.Source)
     eagle = own_drafter and d_ckpt.kind == "eagle3"
     features = tuple(d_ckpt.config["eagle_aux_layers"]) if eagle else None  # what the target must output
-    d_quant = drafter_quant(opts, d_ckpt)
+    # the option, else the drafter's default: EAGLE_DEFAULT_QUANT for a head, DEFAULT_QUANT's for any other drafter
+    d_quant = opts.drafter_quant or Quant(EAGLE_DEFAULT_QUANT if eagle else DEFAULT_QUANT["drafter"])
     roles = (("target", t_ckpt, opts.target_quant),) + (
         (("drafter", d_ckpt, d_quant),) if d_ckpt is not None else ())
     for role, ckpt, q in roles:
