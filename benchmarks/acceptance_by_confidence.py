@@ -75,8 +75,9 @@ def depth1_logits(model, head, ids, feats):
     return head.forward_chain(e, feats[:, :-1], 1)[0][1][0]
 
 
-def measure(target, head, prompts: list[list[int]], tokens: int) -> dict:
-    """Per answer position: target top-1 probability, whether the head's depth-1 draft equals the target's argmax."""
+def teacher_forced(target, head, prompts: list[list[int]], tokens: int):
+    """For each prompt, the target's greedy answer read back in one teacher-forced pass: yields (prompt ids, answer
+    ids, ids [1, S] of both, the target's logits [S, V] in float32, the head's aux features [1, S, 3H])."""
     import torch
 
     from edge_spec.distill.features import _aux_hooks
@@ -85,28 +86,37 @@ def measure(target, head, prompts: list[list[int]], tokens: int) -> dict:
     answers = _answers(model, prompts, tokens, target.stop_ids)
     store: dict[int, torch.Tensor] = {}
     handles = _aux_hooks(model, head.c.aux_layers, store)
-    conf, hit, top4, pos, inside = [], [], [], [], []
-    d2t = head.draft_to_target
     try:
         for p, a in zip(prompts, answers):
             ids = torch.tensor([p + a])
             with torch.no_grad():
                 out = model.model(input_ids=ids, use_cache=False)
-                probs = torch.softmax(model.lm_head(out.last_hidden_state)[0].float(), -1)  # [S, V]
-                feats = torch.cat([store[j] for j in head.c.aux_layers], -1)  # [1, S, 3H]
-                logits = depth1_logits(model, head, ids, feats)
-            drafts = d2t[logits.argmax(-1)]
-            best4 = d2t[logits.topk(4, -1).indices]  # [S-1, 4]
-            for j in range(len(p), len(p) + len(a)):  # answer token x_j, drafted at q = j - 2 from p at j - 1
-                pj = probs[j - 1]
-                conf.append(float(pj.max()))
-                hit.append(bool(int(drafts[j - 2]) == int(pj.argmax())))
-                top4.append(bool((best4[j - 2] == pj.argmax()).any()))
-                inside.append(bool(head.t2d[pj.argmax()]))
-                pos.append(j - len(p))
+                logits = model.lm_head(out.last_hidden_state)[0].float()
+                yield p, a, ids, logits, torch.cat([store[j] for j in head.c.aux_layers], -1)
     finally:
         for hd in handles:
             hd.remove()
+
+
+def measure(target, head, prompts: list[list[int]], tokens: int) -> dict:
+    """Per answer position: target top-1 probability, whether the head's depth-1 draft equals the target's argmax."""
+    import torch
+
+    conf, hit, top4, pos, inside = [], [], [], [], []
+    d2t = head.draft_to_target
+    for p, a, ids, target_logits, feats in teacher_forced(target, head, prompts, tokens):
+        with torch.no_grad():
+            probs = torch.softmax(target_logits, -1)  # [S, V]
+            logits = depth1_logits(target.model, head, ids, feats)
+        drafts = d2t[logits.argmax(-1)]
+        best4 = d2t[logits.topk(4, -1).indices]  # [S-1, 4]
+        for j in range(len(p), len(p) + len(a)):  # answer token x_j, drafted at q = j - 2 from p at j - 1
+            pj = probs[j - 1]
+            conf.append(float(pj.max()))
+            hit.append(bool(int(drafts[j - 2]) == int(pj.argmax())))
+            top4.append(bool((best4[j - 2] == pj.argmax()).any()))
+            inside.append(bool(head.t2d[pj.argmax()]))
+            pos.append(j - len(p))
     conf_a, hit_a, top4_a, pos_a = np.array(conf), np.array(hit), np.array(top4), np.array(pos)
     rows = []
     for lo, hi in zip(BUCKETS[:-1], BUCKETS[1:]):

@@ -44,7 +44,7 @@ def ort_pass(session, spec: dict, ids: list[int]) -> tuple[np.ndarray, np.ndarra
 
 def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from acceptance_by_confidence import _answers, chat_prompt_ids, depth1_logits, head_arguments, load_pair
+    from acceptance_by_confidence import chat_prompt_ids, depth1_logits, head_arguments, load_pair, teacher_forced
 
     ap = head_arguments(__doc__)
     ap.add_argument("--bundle", required=True, type=Path)
@@ -52,8 +52,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import onnxruntime as ort
     import torch
-
-    from edge_spec.distill.features import _aux_hooks
 
     t0 = time.time()
     spec = json.loads((args.bundle / "edge_spec.json").read_text())
@@ -64,34 +62,24 @@ def main(argv: list[str] | None = None) -> int:
     model = target.model
     d2t = head.draft_to_target
     prompts = chat_prompt_ids(target, args.prompts)
-    answers = _answers(model, prompts, args.tokens, target.stop_ids)
-    store: dict[int, torch.Tensor] = {}
-    handles = _aux_hooks(model, head.c.aux_layers, store)
     hits = {f"{f}/{a}": [] for f in ("torch", "ort") for a in ("torch", "ort")}
     agree, rel = [], []
-    try:
-        for p, a in zip(prompts, answers):
-            seq = p + a
-            ids = torch.tensor([seq])
-            with torch.no_grad():
-                out = model.model(input_ids=ids, use_cache=False)
-                arg = {"torch": model.lm_head(out.last_hidden_state)[0].argmax(-1).numpy()}
-                feats = {"torch": torch.cat([store[j] for j in head.c.aux_layers], -1)[0].float()}
-            arg["ort"], f_ort = ort_pass(session, spec, seq)
-            feats["ort"] = torch.from_numpy(f_ort)
-            x, y = feats["torch"].numpy(), f_ort
-            rel.append(float(np.sqrt(np.mean((x - y) ** 2) / np.mean(x ** 2))))
-            with torch.no_grad():
-                drafts = {f: d2t[depth1_logits(model, head, ids, fx[None]).argmax(-1)].numpy()
-                          for f, fx in feats.items()}
-            for j in range(len(p), len(seq)):  # answer token x_j: target argmax at j - 1, drafted at q = j - 2
-                agree.append(arg["torch"][j - 1] == arg["ort"][j - 1])
-                for f in feats:
-                    for s in arg:
-                        hits[f"{f}/{s}"].append(drafts[f][j - 2] == arg[s][j - 1])
-    finally:
-        for hd in handles:
-            hd.remove()
+    for p, a, ids, logits, torch_feats in teacher_forced(target, head, prompts, args.tokens):
+        seq = p + a
+        arg = {"torch": logits.argmax(-1).numpy()}
+        feats = {"torch": torch_feats[0].float()}
+        arg["ort"], f_ort = ort_pass(session, spec, seq)
+        feats["ort"] = torch.from_numpy(f_ort)
+        x, y = feats["torch"].numpy(), f_ort
+        rel.append(float(np.sqrt(np.mean((x - y) ** 2) / np.mean(x ** 2))))
+        with torch.no_grad():
+            drafts = {f: d2t[depth1_logits(model, head, ids, fx[None]).argmax(-1)].numpy()
+                      for f, fx in feats.items()}
+        for j in range(len(p), len(seq)):  # answer token x_j: target argmax at j - 1, drafted at q = j - 2
+            agree.append(arg["torch"][j - 1] == arg["ort"][j - 1])
+            for f in feats:
+                for s in arg:
+                    hits[f"{f}/{s}"].append(drafts[f][j - 2] == arg[s][j - 1])
     res = {k: round(float(np.mean(v)), 4) for k, v in hits.items()}
     report = {"command": "python benchmarks/feature_source.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "date": time.strftime("%Y-%m-%d"), "prompts": len(prompts), "positions": len(agree),

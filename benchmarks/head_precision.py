@@ -42,30 +42,19 @@ def rounded(head, names: list[str], bits: int, block: int):
 
 def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from acceptance_by_confidence import _answers, chat_prompt_ids, depth1_logits, head_arguments, load_pair
+    from acceptance_by_confidence import chat_prompt_ids, depth1_logits, head_arguments, load_pair, teacher_forced
 
     args = head_arguments(__doc__).parse_args(argv)
 
     import torch
 
-    from edge_spec.distill.features import _aux_hooks
-
     t0 = time.time()
     target, head = load_pair(args.target, args.head, args.threads)
     model = target.model
-    prompts = chat_prompt_ids(target, args.prompts)
-    answers = _answers(model, prompts, args.tokens, target.stop_ids)
-    store: dict[int, torch.Tensor] = {}
-    handles = _aux_hooks(model, head.c.aux_layers, store)
-    cases = []  # (ids [1, S], features [1, S, 3H], target argmax [S], prompt length, answer length)
-    with torch.no_grad():
-        for p, a in zip(prompts, answers):
-            ids = torch.tensor([p + a])
-            out = model.model(input_ids=ids, use_cache=False)
-            best = model.lm_head(out.last_hidden_state)[0].argmax(-1)
-            cases.append((ids, torch.cat([store[j] for j in head.c.aux_layers], -1), best, len(p), len(a)))
-    for hd in handles:
-        hd.remove()
+    # (ids [1, S], features [1, S, 3H], target argmax [S], prompt length, answer length)
+    cases = [(ids, feats, logits.argmax(-1), len(p), len(a))
+             for p, a, ids, logits, feats in teacher_forced(target, head, chat_prompt_ids(target, args.prompts),
+                                                            args.tokens)]
 
     def agreement(h) -> float:
         hits = []
