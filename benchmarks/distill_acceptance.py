@@ -9,10 +9,13 @@ Prompts are the held-out conversations from the drafter's own data directory, as
 target's chat template when the data was made, or (``--chat``) benchmarks/chat_prompts.py's chat prompts, written
 apart from the distillation prompt set and rendered by the bundle's chat format.
 
+Sampled rows are seeded (prompt i, seed i: the coupling), so every draft temperature of ``--draft-ratios`` (the
+drafts' temperature over the target's; ``default`` = the runtime's) judges drafts on the very same texts.
+
 Usage:
     python benchmarks/distill_acceptance.py --bundle BUNDLE (--drafter-dir DIR | --data ANSWERS.npz... | --chat) \
         [--prompts 40] \
-        [--max-new-tokens 64] [--temperatures 0 0.7] [--json out.json]
+        [--max-new-tokens 64] [--temperatures 0 0.7] [--draft-ratios default 1.0 0] [--json out.json]
 """
 
 from __future__ import annotations
@@ -67,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=40)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7])
+    ap.add_argument("--draft-ratios", nargs="+", default=["default"], metavar="R",
+                    help="sampled rows: drafts at R x the target's temperature (0 = the drafter's argmax; "
+                         "'default' = the runtime's default)")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
@@ -89,18 +95,22 @@ def main(argv: list[str] | None = None) -> int:
     engine = Engine.load(args.bundle, max_context=1024, threads=args.threads, drafting="model")
     rows = []
     for temp in args.temperatures:
-        drafted = accepted = tokens = 0
-        t0 = time.time()
-        for i, ids in enumerate(prompts):
-            engine.reset()
-            r = engine.generate(ids, max_new_tokens=args.max_new_tokens, temperature=temp, seed=i,
-                                speculative=True, draft_length=1)
-            drafted, accepted, tokens = drafted + r.stats.drafted, accepted + r.stats.accepted, tokens + r.stats.tokens
-        rows.append({"temperature": temp, "prompts": len(prompts), "tokens": tokens, "drafted": drafted,
-                     "accepted": accepted, "acceptance": round(accepted / max(drafted, 1), 4),
-                     "seconds": round(time.time() - t0, 1)})
-        print(f"T={temp}: acceptance {accepted}/{drafted} = {accepted / max(drafted, 1):.3f} "
-              f"({len(prompts)} held-out prompts, {tokens} tokens)", flush=True)
+        for ratio in args.draft_ratios if temp > 0 else ["default"]:
+            config = {} if ratio == "default" else {"draft_temperature": float(ratio) * temp}
+            drafted = accepted = tokens = 0
+            t0 = time.time()
+            for i, ids in enumerate(prompts):
+                engine.reset()
+                r = engine.generate(ids, config, max_new_tokens=args.max_new_tokens, temperature=temp, seed=i,
+                                    speculative=True, draft_length=1)
+                drafted, accepted = drafted + r.stats.drafted, accepted + r.stats.accepted
+                tokens += r.stats.tokens
+            rows.append({"temperature": temp, "draft_ratio": ratio, "prompts": len(prompts), "tokens": tokens,
+                         "drafted": drafted, "accepted": accepted, "acceptance": round(accepted / max(drafted, 1), 4),
+                         "seconds": round(time.time() - t0, 1)})
+            print(f"T={temp}" + (f", drafts at {ratio} x T" if temp > 0 else "") +
+                  f": acceptance {accepted}/{drafted} = {accepted / max(drafted, 1):.3f} "
+                  f"({len(prompts)} held-out prompts, {tokens} tokens)", flush=True)
     if args.json:
         args.json.write_text(json.dumps({"bundle": str(args.bundle), "draft_length": 1, "drafting": "model",
                                          "prompts": "chat" if args.chat else "held-out", "rows": rows}, indent=2))

@@ -1,7 +1,8 @@
 """Drafters compared through their bundles on the same target graph: speed of speculative vs plain decoding.
 
     python benchmarks/drafter_compare.py --bundle eagle3=B1 --bundle layers=B2 [--prompts 20] [--tokens 96] \
-        [--threads 2] [--temperatures 0 0.7] [--drafting auto|model] [--confidence 0.3 0.5] [--json out.json]
+        [--threads 2] [--temperatures 0 0.7] [--drafting auto|model] [--confidence 0.3 0.5] \
+        [--draft-ratios 1.0 0.7] [--json out.json]
 
 Every bundle is loaded in this one process (same threads); for each held-out chat prompt of
 ``benchmarks/chat_prompts.py`` (never in the distillation prompt set) and each temperature, each bundle
@@ -11,8 +12,9 @@ text AR and speculative, so both make the same tokens). Reports per bundle and t
 speculative (total tokens / total seconds), the ratio, acceptance of drafter-model drafts, mean tokens per target
 pass, and whether the greedy texts equal AR token for token. ``--confidence`` runs each bundle's speculative
 decoding once per drafter confidence threshold (``GenerationConfig.confidence_threshold``: drafting stops when the
-drafter's top probability is below it), as systems named ``NAME@T`` that share the bundle's AR runs. A benchmark,
-not a test.
+drafter's top probability is below it), as systems named ``NAME@T`` that share the bundle's AR runs;
+``--draft-ratios`` likewise runs sampled rows once per draft temperature (``GenerationConfig.draft_temperature`` =
+R x the target's; systems ``NAME~R``). A benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="auto: hybrid with prompt lookup, as a user gets it (default); model: the drafter alone")
     ap.add_argument("--confidence", type=float, nargs="+", default=[None],
                     help="drafter confidence thresholds to compare (default: the engine's own)")
+    ap.add_argument("--draft-ratios", type=float, nargs="+", default=[None],
+                    help="sampled drafts' temperature over the target's, to compare (default: the engine's own)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
 
@@ -53,20 +57,22 @@ def main(argv: list[str] | None = None) -> int:
         e.chat(chat_messages(prompts[0]), max_new_tokens=8)
     rows = []
     for temp in args.temperatures:
-        systems = [(n, c) for n in engines for c in args.confidence]
-        acc = {_system(n, c): {"ar_tokens": 0, "ar_s": 0.0, "sd_tokens": 0, "sd_s": 0.0, "drafted": 0, "accepted": 0,
-                               "lookup_drafted": 0, "passes": 0, "same": 0} for n, c in systems}
+        variants = [(c, r) for c in args.confidence for r in (args.draft_ratios if temp > 0 else [None])]
+        systems = [(n, c, r) for n in engines for c, r in variants]
+        acc = {_system(n, c, r): {"ar_tokens": 0, "ar_s": 0.0, "sd_tokens": 0, "sd_s": 0.0, "drafted": 0, "accepted": 0,
+                               "lookup_drafted": 0, "passes": 0, "same": 0} for n, c, r in systems}
         for i, p in enumerate(prompts):
             msgs = chat_messages(p)
             for name, e in engines.items():
                 seed = None if temp == 0 else i
                 e.reset()
                 ar = e.chat(msgs, max_new_tokens=args.tokens, temperature=temp, seed=seed, speculative=False)
-                for conf in args.confidence:
-                    a = acc[_system(name, conf)]
+                for conf, ratio in variants:
+                    a = acc[_system(name, conf, ratio)]
                     e.reset()
                     sd = e.chat(msgs, {"max_new_tokens": args.tokens, "temperature": temp, "seed": seed,
-                                       "confidence_threshold": conf})
+                                       "confidence_threshold": conf,
+                                       "draft_temperature": None if ratio is None else ratio * temp})
                     a["ar_tokens"] += ar.stats.tokens
                     a["ar_s"] += ar.stats.seconds
                     a["sd_tokens"] += sd.stats.tokens
@@ -97,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _system(name: str, confidence: float | None) -> str:
-    return name if confidence is None else f"{name}@{confidence:g}"
+def _system(name: str, confidence: float | None, ratio: float | None) -> str:
+    return name + ("" if confidence is None else f"@{confidence:g}") + ("" if ratio is None else f"~{ratio:g}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from edge_spec.runtime.drafting import DraftPolicy, lookup_draft
-from edge_spec.runtime.sampling import Noise, Rejection, SamplingConfig
+from edge_spec.runtime.sampling import Noise, Rejection, SamplingConfig, draft_sampling
 from edge_spec.runtime.speculative import Decoder, decode
 
 V = 12
@@ -53,12 +53,12 @@ GREEDY = SamplingConfig()
 
 
 def run(dec, ids, cfg=GREEDY, gamma=None, max_new=30, stop=frozenset(), seed=0, threshold=0.0, rule="coupled",
-        hybrid=False):
+        hybrid=False, qcfg=None):
     dec.set_context(np.asarray(ids, dtype=np.int64))
     policy = None if gamma is None else DraftPolicy(dec.max_gamma, fixed=gamma)
     lookup_policy = DraftPolicy(dec.max_gamma, fixed=gamma, free_drafts=True) if hybrid else None
     sampler = Noise(seed, V) if rule == "coupled" else Rejection(np.random.default_rng(seed))
-    steps = list(decode(dec, cfg, policy, sampler, max_new, stop, threshold, lookup_policy))
+    steps = list(decode(dec, cfg, policy, sampler, max_new, stop, threshold, lookup_policy, qcfg))
     return [t for s in steps for t in s.tokens], steps
 
 
@@ -444,10 +444,12 @@ class RandomGammaPolicy(DraftPolicy):
         return int(self.rng.integers(0, self.max_gamma + 1))
 
 
-@pytest.mark.parametrize("trimmed", [False, True])
-def test_sampled_output_is_the_same_for_any_draft_lengths(trimmed):
-    """Same seed -> same sampled tokens whatever gamma each step uses, and the same as plain AR sampling."""
+@pytest.mark.parametrize("trimmed, draft_t", [(False, None), (True, None), (False, 0.0), (True, 0.9), (False, 0.3)])
+def test_sampled_output_is_the_same_for_any_draft_lengths(trimmed, draft_t):
+    """Same seed -> same sampled tokens whatever gamma each step uses, and the same as plain AR sampling, for any
+    draft temperature (None: the default, sharper than the target's; 0: argmax drafts; 0.9: the target's)."""
     cfg = SamplingConfig(0.9, 0, 0.95)
+    qcfg = draft_sampling(cfg, draft_t)
     id_map = np.array([0, 1, 2, 3, 5, 6, 8, 9, 11]) if trimmed else None
     ar, _ = run(Decoder(FakeModel(table_logits(0)), None), [2, 3], cfg, max_new=40, seed=9)
     outs, accepted = set(), 0
@@ -455,7 +457,7 @@ def test_sampled_output_is_the_same_for_any_draft_lengths(trimmed):
         dec = Decoder(FakeModel(table_logits(0)), FakeModel(table_logits(5, 0.5), id_map=id_map), max_gamma=5,
                       id_map=id_map)
         dec.set_context(np.array([2, 3]))
-        steps = list(decode(dec, cfg, RandomGammaPolicy(5, policy_seed), Noise(9, V), 40, frozenset()))
+        steps = list(decode(dec, cfg, RandomGammaPolicy(5, policy_seed), Noise(9, V), 40, frozenset(), qcfg=qcfg))
         outs.add(tuple(t for s in steps for t in s.tokens))
         accepted += sum(s.accepted for s in steps)
     assert outs == {tuple(ar)}
@@ -464,10 +466,12 @@ def test_sampled_output_is_the_same_for_any_draft_lengths(trimmed):
     assert other != ar  # the seed matters
 
 
-@pytest.mark.parametrize("mode", ["model", "lookup", "hybrid"])
-def test_unseeded_rejection_rule_is_distributed_as_p_over_two_tokens(mode):
+@pytest.mark.parametrize("mode, draft_t", [("model", None), ("lookup", None), ("hybrid", None), ("model", 0.0),
+                                           ("model", 0.4), ("model", 1.0)])
+def test_unseeded_rejection_rule_is_distributed_as_p_over_two_tokens(mode, draft_t):
     """The rejection rule (unseeded calls): the first two generated tokens jointly follow p, through
-    accepted drafts, rejections with residual sampling, and bonus tokens (model, lookup or hybrid drafts)."""
+    accepted drafts, rejections with residual sampling, and bonus tokens (model, lookup or hybrid drafts), whatever
+    the drafts' temperature (None: the default 0.7x; 0: argmax drafts, q one-hot; 1.0: the target's)."""
 
     from edge_spec.runtime.sampling import probs
 
@@ -486,7 +490,8 @@ def test_unseeded_rejection_rule_is_distributed_as_p_over_two_tokens(mode):
     for seed in range(n):
         drafter = None if mode == "lookup" else FakeModel(table_d)
         dec = Decoder(FakeModel(table_t), drafter, lookup=mode != "model", max_gamma=3)
-        out, steps = run(dec, prompt, cfg, gamma=3, max_new=2, seed=seed, rule="rejection", hybrid=mode == "hybrid")
+        out, steps = run(dec, prompt, cfg, gamma=3, max_new=2, seed=seed, rule="rejection", hybrid=mode == "hybrid",
+                         qcfg=draft_sampling(cfg, draft_t))
         lookups += sum(s.lookup for s in steps)
         counts[out[0], out[1]] += 1
     assert (lookups > 0) == (mode != "model")
@@ -531,8 +536,9 @@ def test_min_p_keeps_tokens_within_a_factor_of_the_likeliest():
         SamplingConfig(1.0, 0, 1.0, 1.5)
 
 
-@pytest.mark.parametrize("rule", ["coupled", "rejection"])
-def test_min_p_speculative_sampling_follows_p(rule):
+@pytest.mark.parametrize("rule, draft_t", [("coupled", None), ("rejection", None), ("coupled", 0.0),
+                                           ("rejection", 0.0)])
+def test_min_p_speculative_sampling_follows_p(rule, draft_t):
     """With min-p (and the other filters) drafts are judged against the same transformed p: chi-square on the first
     token, seeded (coupled race) and unseeded (rejection rule)."""
     from scipy.stats import chisquare
@@ -547,10 +553,25 @@ def test_min_p_speculative_sampling_follows_p(rule):
     drafted = 0
     for seed in range(n):
         dec = Decoder(FakeModel(table_t), FakeModel(table_d), max_gamma=3)
-        out, steps = run(dec, [2, 3], cfg, gamma=3, max_new=4, seed=seed, rule=rule)
+        out, steps = run(dec, [2, 3], cfg, gamma=3, max_new=4, seed=seed, rule=rule,
+                         qcfg=draft_sampling(cfg, draft_t))
         counts[out[0]] += 1
         drafted += steps[0].gamma
     assert drafted == 3 * n  # the first token always came out of a verify of 3 drafts
     assert counts[p == 0].sum() == 0  # min-p / top-k / top-p removed tokens never appear
     keep = p > 0
     assert chisquare(counts[keep], p[keep] * n).pvalue > 1e-3
+
+
+def test_draft_temperature_defaults_to_a_fraction_of_the_targets_and_is_checked():
+    from edge_spec.errors import EdgeSpecError
+    from edge_spec.runtime.config import GenerationConfig
+    from edge_spec.runtime.sampling import DRAFT_TEMPERATURE_RATIO
+
+    cfg = GenerationConfig(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
+    assert cfg.draft_sampling == SamplingConfig(0.8 * DRAFT_TEMPERATURE_RATIO, 40, 0.95, 0.05)
+    assert GenerationConfig(temperature=0.8, draft_temperature=0).draft_sampling.greedy
+    assert GenerationConfig(draft_temperature=0.5).draft_sampling.greedy  # a greedy target drafts greedily
+    for bad in (-0.1, "warm", float("nan"), float("inf"), True):
+        with pytest.raises(EdgeSpecError, match="draft_temperature=.* must be None"):
+            GenerationConfig(temperature=0.8, draft_temperature=bad)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from edge_spec.errors import EdgeSpecError
-from edge_spec.runtime.sampling import SamplingConfig
+from edge_spec.runtime.sampling import SamplingConfig, draft_sampling
 
 
 def is_whole(x: object) -> bool:
@@ -32,6 +33,9 @@ class GenerationConfig:
     speculative: bool = True
     draft_length: int | None = None  # None = adaptive (bounded by the plan); int = fixed gamma
     confidence_threshold: float | None = None  # None = 0.3 when adaptive, off with a fixed draft_length
+    # sampled drafts' temperature: None = DRAFT_TEMPERATURE_RATIO (0.7) x temperature; 0 = the drafter's argmax.
+    # Output is exact for any value; it only changes how often drafts are accepted.
+    draft_temperature: float | None = None
 
     def __post_init__(self) -> None:
         stop = (self.stop,) if isinstance(self.stop, str) else self.stop
@@ -57,10 +61,18 @@ class GenerationConfig:
         if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 <= c <= 1):
             raise EdgeSpecError(f"confidence_threshold={c!r} must be None or a number in [0, 1].")
         _ = self.sampling  # validates temperature / top_k / top_p / min_p
+        dt = self.draft_temperature
+        if dt is not None and (isinstance(dt, bool) or not isinstance(dt, (int, float)) or not 0 <= dt < math.inf):
+            raise EdgeSpecError(f"draft_temperature={dt!r} must be None (0.7 x temperature) or a finite number >= 0.")
 
     @property
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(self.temperature, self.top_k, self.top_p, self.min_p)  # checks types: no float('hot')
+
+    @property
+    def draft_sampling(self) -> SamplingConfig:
+        """How sampled drafts are drawn: the target's filters at ``draft_temperature``."""
+        return draft_sampling(self.sampling, self.draft_temperature)
 
     @property
     def threshold(self) -> float:

@@ -254,7 +254,7 @@ class Engine:
         finish = "length"
         try:
             for step in decode(dec, cfg.sampling, policy, noise, cfg.max_new_tokens, stop_ids, cfg.threshold,
-                               lookup_policy):
+                               lookup_policy, cfg.draft_sampling):
                 if self._owner is not owner:
                     raise EdgeSpecError("This stream was superseded by a newer call on the same engine; "
                                         "finish or close a stream before starting another.")

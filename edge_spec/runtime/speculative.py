@@ -34,7 +34,16 @@ import numpy as np
 
 from edge_spec.runtime.drafting import DraftPolicy, lookup_draft
 from edge_spec.runtime.ngrams import NgramTable
-from edge_spec.runtime.sampling import Noise, Rejection, SamplingConfig, probs, verify, verify_greedy, verify_rejection
+from edge_spec.runtime.sampling import (
+    Noise,
+    Rejection,
+    SamplingConfig,
+    draft_sampling,
+    probs,
+    verify,
+    verify_greedy,
+    verify_rejection,
+)
 
 
 class Model(Protocol):
@@ -145,10 +154,12 @@ class Decoder:
         return max(self.n - m.length for m in (self.target, self.drafter))
 
     # -- one step ------------------------------------------------------------------------
-    def draft(self, gamma: int, cfg: SamplingConfig, noise: Noise | Rejection, threshold: float) -> int:
-        """Fill ``self.drafts[:g]`` (target ids); returns g <= gamma. Sampled drafts race q against the
-        noise the target will race p against at the same positions (see :func:`verify`), or, unseeded,
-        are drawn from q, which is kept for the rejection rule."""
+    def draft(self, gamma: int, cfg: SamplingConfig, noise: Noise | Rejection, threshold: float,
+              qcfg: SamplingConfig | None = None) -> int:
+        """Fill ``self.drafts[:g]`` (target ids); returns g <= gamma. ``cfg`` is the target's sampling, ``qcfg`` the
+        drafts' (default ``cfg``; :func:`draft_sampling`). Sampled drafts race q against the noise the target will
+        race p against at the same positions (see :func:`verify`), or, unseeded, are drawn from q, which is kept for
+        the rejection rule (one-hot at the draft when ``qcfg`` is greedy)."""
         if self.drafter is None:
             return self.draft_lookup(gamma)
         self.t_draft = 0.0
@@ -171,16 +182,20 @@ class Decoder:
             logits = self._feed(d, self.tok[:0])[0]
         g = 0
         self.drafter_passes = 1
+        qcfg = cfg if qcfg is None or cfg.greedy else qcfg
         while True:
-            if cfg.greedy:
+            if qcfg.greedy:
                 j = int(logits.argmax())
                 if threshold > 0:
                     top = 1.0 / float(np.exp(logits - logits[j]).sum())
                     if top < threshold:
                         break
                 x = int(self.id_map[j]) if self.id_map is not None else j
+                if not cfg.greedy and noise.keeps_q:  # a deterministic draft: q is one-hot at it
+                    self.qd[g] = 0.0
+                    self.qd[g, x] = 1.0
             else:
-                q = probs(logits[None], cfg, out=self.q)[0]
+                q = probs(logits[None], qcfg, out=self.q)[0]
                 if threshold > 0 and q.max() < threshold:
                     break
                 if self.id_map is not None:
@@ -291,7 +306,7 @@ class Decoder:
 
 def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise: Noise | Rejection,
            max_new_tokens: int, stop_ids: frozenset[int], threshold: float = 0.0,
-           lookup_policy: DraftPolicy | None = None) -> Iterator[Step]:
+           lookup_policy: DraftPolicy | None = None, qcfg: SamplingConfig | None = None) -> Iterator[Step]:
     """Generate up to ``max_new_tokens`` after the committed context, one step per yield.
 
     ``policy`` sets the draft length of ``dec.draft`` (the drafter model, or lookup when there is
@@ -301,7 +316,9 @@ def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise:
 
     Seeded (``Noise``): sampled tokens are races against the noise at their absolute positions, so
     the output is the same for any sequence of draft lengths (and with speculation off).
-    Unseeded (``Rejection``): the rejection rule, which accepts more drafts."""
+    Unseeded (``Rejection``): the rejection rule, which accepts more drafts. ``qcfg``: the drafter's sampling
+    (default :func:`draft_sampling` of ``cfg``: sharper than the target's; any q keeps the output exact)."""
+    qcfg = draft_sampling(cfg) if qcfg is None else qcfg
     made = 0
     try:
         while made < max_new_tokens:
@@ -319,7 +336,7 @@ def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise:
             if used is policy:
                 gamma = 0 if policy is None else min(policy.next_gamma(), room, left)
                 timed = dec.backlog(gamma) <= 2  # a step that also prefills says nothing about step costs
-                g = dec.draft(gamma, cfg, noise, threshold)
+                g = dec.draft(gamma, cfg, noise, threshold, qcfg)
             guess = g == 0 and policy is not None and room >= 1 and left >= 1
             if guess:
                 g = dec.draft_guess()  # the padding row's free draft (module docstring)
