@@ -575,3 +575,17 @@ def test_draft_temperature_defaults_to_a_fraction_of_the_targets_and_is_checked(
     for bad in (-0.1, "warm", float("nan"), float("inf"), True):
         with pytest.raises(EdgeSpecError, match="draft_temperature=.* must be None"):
             GenerationConfig(temperature=0.8, draft_temperature=bad)
+
+
+def test_confidence_gate_reads_the_drafter_at_the_targets_temperature():
+    """Drafts drawn sharper than the target's temperature do not make the drafter look surer: the gate compares its
+    top probability at the target's temperature (before filters) with the threshold, whatever draft temperature."""
+    logits = np.zeros((V, V, V))
+    logits[..., 4] = 1.0  # drafter's favourite token: probability e / (e + V - 1) at T = 1, ~1 at T = 0.1
+    top = np.e / (np.e + V - 1)
+    cfg = SamplingConfig(1.0)
+    for draft_t, threshold, drafts in ((1.0, top - 0.01, True), (1.0, top + 0.01, False), (0.1, top + 0.01, False),
+                                       (0.0, top + 0.01, False), (0.0, top - 0.01, True)):
+        dec = Decoder(FakeModel(table_logits(0)), FakeModel(logits), max_gamma=2)
+        _, steps = run(dec, [2, 3], cfg, gamma=2, max_new=3, threshold=threshold, qcfg=draft_sampling(cfg, draft_t))
+        assert (steps[0].gamma > 0) == drafts, (draft_t, threshold)

@@ -183,21 +183,20 @@ class Decoder:
         g = 0
         self.drafter_passes = 1
         qcfg = cfg if qcfg is None or cfg.greedy else qcfg
+        inv_t = 1.0 if cfg.greedy else 1.0 / cfg.temperature
         while True:
+            # The confidence gate reads the drafter's top probability at the target's temperature (1 when greedy),
+            # before filters: how sure the drafter is, whatever temperature its drafts are drawn at.
+            if threshold > 0 and 1.0 / float(np.exp((logits - logits.max()) * inv_t).sum()) < threshold:
+                break
             if qcfg.greedy:
                 j = int(logits.argmax())
-                if threshold > 0:
-                    top = 1.0 / float(np.exp(logits - logits[j]).sum())
-                    if top < threshold:
-                        break
                 x = int(self.id_map[j]) if self.id_map is not None else j
                 if not cfg.greedy and noise.keeps_q:  # a deterministic draft: q is one-hot at it
                     self.qd[g] = 0.0
                     self.qd[g, x] = 1.0
             else:
                 q = probs(logits[None], qcfg, out=self.q)[0]
-                if threshold > 0 and q.max() < threshold:
-                    break
                 if self.id_map is not None:
                     self.q_full[self.id_map] = q  # the rest stays 0: the kept ids never change
                     q = self.q_full
