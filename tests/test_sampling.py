@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from edge_spec.errors import EdgeSpecError
-from edge_spec.runtime.sampling import Noise, SamplingConfig, probs, verify, verify_greedy
+from edge_spec.runtime.sampling import Noise, SamplingConfig, probs, top_probability, verify, verify_greedy
 
 scipy_stats = pytest.importorskip("scipy.stats")
 
@@ -91,6 +91,8 @@ def test_tiny_temperature_is_near_greedy_not_nan():
         assert np.isfinite(p).all() and p[0, 1] == 1.0
         p32 = probs(logits, SamplingConfig(t), out=np.empty_like(logits))
         assert np.isfinite(p32).all() and int(p32[0].argmax()) == 1
+        assert top_probability(logits[0], SamplingConfig(t)) == 1.0  # the draft gate's reading: finite too
+    assert top_probability(logits[0], SamplingConfig()) == pytest.approx(probs(logits, SamplingConfig(1.0))[0].max())
 
 
 @pytest.mark.parametrize("bad", [{"temperature": "hot"}, {"temperature": float("inf")}, {"temperature": float("nan")},

@@ -77,6 +77,13 @@ def draft_sampling(cfg: SamplingConfig, temperature: float | None = None) -> Sam
     return SamplingConfig(t, cfg.top_k, cfg.top_p, cfg.min_p)
 
 
+def top_probability(logits: np.ndarray, cfg: SamplingConfig) -> float:
+    """The largest probability of one row of ``logits`` [V] at ``cfg``'s temperature (1 when greedy), before
+    filters: the drafter's confidence the draft gate compares with its threshold."""
+    inv_t = min(1.0 / cfg.temperature, _MAX_INV_TEMPERATURE) if cfg.temperature > 0 else 1.0
+    return 1.0 / float(np.exp((logits - logits.max()) * inv_t).sum())
+
+
 def probs(logits: np.ndarray, cfg: SamplingConfig, out: np.ndarray | None = None) -> np.ndarray:
     """Rows of logits ``[rows, V]`` -> rows of probabilities after temperature, top-k, top-p and min-p.
 

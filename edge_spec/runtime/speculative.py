@@ -40,6 +40,7 @@ from edge_spec.runtime.sampling import (
     SamplingConfig,
     draft_sampling,
     probs,
+    top_probability,
     verify,
     verify_greedy,
     verify_rejection,
@@ -183,11 +184,10 @@ class Decoder:
         g = 0
         self.drafter_passes = 1
         qcfg = cfg if qcfg is None or cfg.greedy else qcfg
-        inv_t = 1.0 if cfg.greedy else 1.0 / cfg.temperature
         while True:
             # The confidence gate reads the drafter's top probability at the target's temperature (1 when greedy),
             # before filters: how sure the drafter is, whatever temperature its drafts are drawn at.
-            if threshold > 0 and 1.0 / float(np.exp((logits - logits.max()) * inv_t).sum()) < threshold:
+            if threshold > 0 and top_probability(logits, cfg) < threshold:
                 break
             if qcfg.greedy:
                 j = int(logits.argmax())
