@@ -156,11 +156,11 @@ class Decoder:
 
     # -- one step ------------------------------------------------------------------------
     def draft(self, gamma: int, cfg: SamplingConfig, noise: Noise | Rejection, threshold: float,
-              qcfg: SamplingConfig | None = None) -> int:
+              qcfg: SamplingConfig) -> int:
         """Fill ``self.drafts[:g]`` (target ids); returns g <= gamma. ``cfg`` is the target's sampling, ``qcfg`` the
-        drafts' (default ``cfg``; :func:`draft_sampling`). Sampled drafts race q against the noise the target will
-        race p against at the same positions (see :func:`verify`), or, unseeded, are drawn from q, which is kept for
-        the rejection rule (one-hot at the draft when ``qcfg`` is greedy)."""
+        drafts' (:func:`draft_sampling`; a greedy target drafts greedily whatever it says). Sampled drafts race q
+        against the noise the target will race p against at the same positions (see :func:`verify`), or, unseeded,
+        are drawn from q, which is kept for the rejection rule (one-hot at the draft when ``qcfg`` is greedy)."""
         if self.drafter is None:
             return self.draft_lookup(gamma)
         self.t_draft = 0.0
@@ -183,7 +183,7 @@ class Decoder:
             logits = self._feed(d, self.tok[:0])[0]
         g = 0
         self.drafter_passes = 1
-        qcfg = cfg if qcfg is None or cfg.greedy else qcfg
+        qcfg = cfg if cfg.greedy else qcfg
         while True:
             # The confidence gate reads the drafter's top probability at the target's temperature (1 when greedy),
             # before filters: how sure the drafter is, whatever temperature its drafts are drawn at.
