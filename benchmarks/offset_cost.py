@@ -13,10 +13,18 @@ and times plain decoding on each, every variant in its own process, variants alt
   the offset bytes, offsets no longer exact (the largest relative error is printed);
 * ``no offsets``: the offset path removed — *wrong numerics*, a timing bound only: what any encoding of the offsets
   could at most win;
+* ``offsets cache-hot``: every layer's offset MatMul reads layer 0's M — *wrong numerics*, a timing bound only: what
+  is left of the offset path's cost when reading M (1/32 of the weights in fp32) costs nothing;
+* ``symmetric``: no zero-point input (MatMulNBits' default zero point 8, so D = (q - 8)*s) and M = m + 8*s, the
+  split's other exact form (the count of offsets fp32 cannot hold exactly is printed; 0 for SmolLM2's Q4_1):
+  ONNX Runtime's M=1 kernel for symmetric 4-bit blocks instead of the zero-point one;
 * ``--extra NAME=BUNDLE``: any other bundle of the same target (e.g. ``edge-spec export ... --gguf-mode fast``).
 
 Each measurement: ``Engine.load(drafting="none")`` at context 4096, warm-up on one prompt, best of 2 passes over 6
-chat prompts (benchmarks/chat_prompts.py) x 96 greedy tokens. A benchmark, not a test.
+chat prompts (benchmarks/chat_prompts.py) x 96 greedy tokens. ``--micro``: instead, one process times a single-row
+pass of every variant's target graph (100 cached positions, plain ``session.run``), variants interleaved in blocks of
+40 passes, 12 blocks each, medians compared — far less noisy on a shared VM than whole texts. A benchmark, not a
+test.
 """
 
 from __future__ import annotations
@@ -35,8 +43,9 @@ sys.path.insert(0, str(HERE))
 
 
 def rewrite(src: Path, dst: Path, kind: str) -> float:
-    """Copy bundle ``src`` to ``dst`` with its target graph's offset path rewritten (``int8`` or ``none``); returns
-    the largest relative error of the rewritten offsets (0 for ``none``, whose numerics are simply wrong)."""
+    """Copy bundle ``src`` to ``dst`` with its target graph's offset path rewritten (``int8``, ``none``, ``hot`` or
+    ``sym``); returns the largest relative error of the rewritten offsets for ``int8``, the count of inexact offsets
+    for ``sym``, 0 for ``none`` and ``hot`` (whose numerics are simply wrong)."""
     import onnx
     from onnx import helper, numpy_helper
 
@@ -47,8 +56,17 @@ def rewrite(src: Path, dst: Path, kind: str) -> float:
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
     nodes, rename, worst = [], {}, 0.0
+    by_name = {node.name: node for node in graph.node}
+    if kind == "sym":
+        return _symmetric(graph, inits, by_name, dst, model, path)
     for node in graph.node:
         offset_mm = node.name.endswith("/offsets/MatMul")
+        if kind == "hot":
+            if offset_mm:
+                layer = node.input[1].split("/")[2]  # "/model/layers.N/..." -> "layers.N"
+                node.input[1] = node.input[1].replace(layer, "layers.0")
+            nodes.append(node)
+            continue
         if kind == "none":
             if node.name.endswith("/offsets/Add"):
                 rename[node.output[0]] = node.input[0]
@@ -79,9 +97,74 @@ def rewrite(src: Path, dst: Path, kind: str) -> float:
             node.input[i] = rename.get(name, name)
     del graph.node[:]
     graph.node.extend(nodes)
+    _save(model, dst, path)
+    return worst
+
+
+def _save(model, dst: Path, path: Path) -> None:
+    import onnx
+
     (dst / "target" / "model.onnx.data").unlink()
     onnx.save(model, str(path), save_as_external_data=True, location="model.onnx.data")
-    return worst
+
+
+def _symmetric(graph, inits: dict, by_name: dict, dst: Path, model, path: Path) -> float:
+    """Drop every split MatMulNBits' zero points (default 8) and fold (8 - z)*s into its offsets M [K/32, N];
+    returns the count of new offsets float32 does not hold exactly (the split stays exact when it is 0)."""
+    from onnx import numpy_helper
+
+    inexact = 0
+    for node in graph.node:
+        if node.op_type != "MatMulNBits" or len(node.input) < 4 or not node.input[3]:
+            continue
+        offsets = by_name.get(node.name.rsplit("/MatMulNBits", 1)[0] + "/offsets/MatMul")
+        attrs = {a.name: a.i for a in node.attribute}
+        if offsets is None or attrs["bits"] != 4:
+            continue
+        n, nb = attrs["N"], attrs["K"] // attrs["block_size"]
+        zp = numpy_helper.to_array(inits[node.input[3]]).reshape(n, -1)
+        z = np.stack([zp & 15, zp >> 4], -1).reshape(n, -1)[:, :nb].astype(np.float64)
+        s = numpy_helper.to_array(inits[node.input[2]]).reshape(n, nb).astype(np.float64)
+        m = numpy_helper.to_array(inits[offsets.input[1]]).astype(np.float64) + ((8 - z) * s).T
+        inexact += int((m.astype(np.float32).astype(np.float64) != m).sum())
+        inits[offsets.input[1]].CopyFrom(numpy_helper.from_array(m.astype(np.float32), offsets.input[1]))
+        del node.input[3]
+    _save(model, dst, path)
+    return float(inexact)
+
+
+def micro(paths: dict[str, Path], threads: int, blocks: int = 12, per_block: int = 40) -> dict[str, float]:
+    """Median ms of one single-row pass (100 cached positions) of each bundle's target graph, interleaved."""
+    import time
+
+    import onnxruntime as ort
+
+    sessions = {}
+    for name, bundle in paths.items():
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads, opts.log_severity_level = threads, 3
+        sessions[name] = ort.InferenceSession(str(bundle / "target" / "model.onnx"), opts,
+                                              providers=["CPUExecutionProvider"])
+    first = next(iter(sessions.values()))
+    past = 100
+    feeds = {"input_ids": np.array([[1234]], np.int64), "attention_mask": np.ones((1, past + 1), np.int64)}
+    rng = np.random.default_rng(0)
+    for inp in first.get_inputs():
+        if inp.name.startswith("past_key_values"):
+            dtype = np.float16 if "float16" in inp.type else np.float32
+            feeds[inp.name] = (rng.standard_normal((1, inp.shape[1], past, inp.shape[3])) * 0.5).astype(dtype)
+    out = [first.get_outputs()[0].name]
+    times: dict[str, list[float]] = {name: [] for name in sessions}
+    for s in sessions.values():
+        for _ in range(5):
+            s.run(out, feeds)
+    for _ in range(blocks):
+        for name, s in sessions.items():
+            t0 = time.perf_counter()
+            for _ in range(per_block):
+                s.run(out, feeds)
+            times[name].append((time.perf_counter() - t0) / per_block * 1e3)
+    return {name: float(np.median(t)) for name, t in times.items()}
 
 
 def main() -> int:
@@ -91,6 +174,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--extra", action="append", default=[], metavar="NAME=BUNDLE")
     ap.add_argument("--work", type=Path, default=HERE / "out" / "offset_cost")
+    ap.add_argument("--micro", action="store_true", help="time single-row passes in one process (see above)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -104,13 +188,17 @@ def main() -> int:
     src = resolve_bundle(args.bundle)
     variants = {"split": src}
     errors = {}
-    for kind, name in (("int8", "offsets int8"), ("none", "no offsets (wrong numerics: a bound)")):
+    for kind, name in (("int8", "offsets int8"), ("none", "no offsets (wrong numerics: a bound)"),
+                       ("hot", "offsets cache-hot (wrong numerics: a bound)"), ("sym", "symmetric")):
         errors[name] = rewrite(src, args.work / kind, kind)
         variants[name] = args.work / kind
     for spec in args.extra:
         name, _, path = spec.partition("=")
         variants[name] = Path(path)
-    print(f"offsets int8: largest relative error of an offset {errors['offsets int8']:.2e}", flush=True)
+    print(f"offsets int8: largest relative error of an offset {errors['offsets int8']:.2e}; symmetric: "
+          f"{int(errors['symmetric'])} offsets float32 cannot hold exactly", flush=True)
+    if args.micro:
+        return _report_micro(variants, args, src, errors)
     results: dict[str, dict[int, list[float]]] = {v: {t: [] for t in args.threads} for v in variants}
     for r in range(args.rounds):
         for t in args.threads:
@@ -129,6 +217,25 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps({"bundle": str(src), "results": results, "offset_int8_error": errors},
                                         indent=1) + "\n")
+    return 0
+
+
+def _report_micro(variants: dict[str, Path], args: argparse.Namespace, src: Path, errors: dict) -> int:
+    """``--micro``: one process per thread count, single-row passes of every variant interleaved."""
+    results: dict[str, dict[int, float]] = {v: {} for v in variants}
+    for t in args.threads:
+        for name, ms in micro(variants, t).items():
+            results[name][t] = round(ms, 2)
+            print(f"{t} thread(s), {name}: {ms:.2f} ms per single-row pass", flush=True)
+    print("\n| variant | " + " | ".join(f"{t} thread(s), ms" for t in args.threads) + " | "
+          + " | ".join(f"split's / it, {t}t" for t in args.threads) + " |")
+    print("|---|" + "---|" * (2 * len(args.threads)))
+    for name, by in results.items():
+        ratios = [f"{results['split'][t] / by[t]:.2f}" for t in args.threads]
+        print(f"| {name} | " + " | ".join(str(by[t]) for t in args.threads) + " | " + " | ".join(ratios) + " |")
+    if args.json:
+        args.json.write_text(json.dumps({"bundle": str(src), "mode": "micro", "ms_per_pass": results,
+                                         "offset_errors": errors}, indent=1) + "\n")
     return 0
 
 
