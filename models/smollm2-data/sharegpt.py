@@ -12,6 +12,10 @@ read, the cut one is dropped):
 
     python models/smollm2-data/sharegpt.py prompts $SG > sharegpt.txt
 
+``--exclude ANSWERS_NPZ ... --target GGUF`` drops the prompts those answers files already answered (their prompts
+decoded by the target's tokenizer), so a next run answers new ones (``answers-s7.npz``:
+``--exclude models/smollm2-data/answers-s6.npz``).
+
 ``text``: the first exchange of each conversation (the user's message and ChatGPT's reply) rendered by the target's
 chat template, as an answers file (``edge-spec distill --data``) whose "answers" are ChatGPT's: training then reads
 the target's features and its distribution over human-written text by one teacher-forced pass (EAGLE's fixed
@@ -32,6 +36,7 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +81,21 @@ def exchanges(convs: list[dict]) -> list[tuple[str, str]]:
     return list(out.items())
 
 
+def answered(files: list[Path], decode: Callable[[list[int]], str]) -> str:
+    """The decoded prompts (chat template included) of every conversation in the answers files, one string."""
+    out = []
+    for f in files:
+        d = np.load(f)
+        for start, n in zip(d["seq_off"][:-1], d["prompt_len"]):
+            out.append(decode(d["tokens"][start:start + n].tolist()))
+    return "\n".join(out)
+
+
+def unanswered(pairs: list[tuple[str, str]], seen: str) -> list[tuple[str, str]]:
+    """The exchanges whose message (its first 200 characters, carriage returns dropped) is not in ``seen``."""
+    return [(p, r) for p, r in pairs if p.replace("\r", "")[:200] not in seen]
+
+
 def write_text(pairs: list[tuple[str, str]], target: Path, out: Path, max_tokens: int) -> tuple[int, int]:
     """Pack the exchanges with a reply as an answers file; returns (conversations, reply tokens)."""
     from transformers import AutoTokenizer
@@ -113,9 +133,18 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="text: the answers file to write")
     ap.add_argument("--max-tokens", type=int, default=320)
     ap.add_argument("--limit", type=int, help="text: only the first N exchanges of the file")
+    ap.add_argument("--exclude", type=Path, nargs="+", default=[], metavar="ANSWERS_NPZ",
+                    help="prompts: leave out the prompts these answers files answered (needs --target)")
     args = ap.parse_args()
+    if args.exclude and args.target is None:
+        ap.error("--exclude needs --target (its tokenizer decodes the answers files' prompts)")
     convs = conversations(args.sharegpt.read_text(encoding="utf-8"))
     pairs = exchanges(convs)
+    if args.exclude:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(args.target.parent), gguf_file=args.target.name)
+        pairs = unanswered(pairs, answered(args.exclude, lambda ids: tok.decode(ids, skip_special_tokens=False)))
     if args.what == "prompts":
         for p, _ in pairs:
             print(p.replace("\r", "").replace("\n", "\\n"))
