@@ -47,13 +47,15 @@ def test_exchanges_keep_english_first_messages_once_and_never_a_benchmark_prompt
 def test_exclude_leaves_out_the_prompts_an_answers_file_already_answered(tmp_path: Path) -> None:
     import numpy as np
 
+    from edge_spec.distill.data import Sequence
+    from edge_spec.distill.ids import pack
+
     sg = _module()
     prompts = ["<|user|>How do tides work on a lake?<|assistant|>", "<|user|>Name three rivers.<|assistant|>"]
-    ids = [[ord(c) for c in p] + [ord(c) for c in " an answer"] for p in prompts]
-    off = np.cumsum([0] + [len(i) for i in ids])
-    f = tmp_path / "answers.npz"
-    np.savez(f, tokens=np.concatenate(ids).astype(np.uint16), seq_off=off,
-             prompt_len=np.array([len(p) for p in prompts], np.int32))
+    empty = np.zeros((0, 0), np.int32)
+    seqs = [Sequence(np.array([ord(c) for c in p + " an answer"], np.int32), len(p), 0.0, empty,
+                     empty.astype(np.float16), np.zeros((0, 2), np.float32)) for p in prompts]
+    f = pack(seqs[:1], seqs[1:], tmp_path / "answers.npz", {})  # one training, one held-out conversation
     seen = sg.answered([f], lambda t: "".join(map(chr, t)))
     assert " an answer" not in seen  # prompts only
     pairs = [("How do tides work on a lake?", "r"), ("Name three rivers.\r", ""), ("Name three lakes.", "")]

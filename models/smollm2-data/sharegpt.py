@@ -83,11 +83,12 @@ def exchanges(convs: list[dict]) -> list[tuple[str, str]]:
 
 def answered(files: list[Path], decode: Callable[[list[int]], str]) -> str:
     """The decoded prompts (chat template included) of every conversation in the answers files, one string."""
+    from edge_spec.distill.ids import read
+
     out = []
     for f in files:
-        d = np.load(f)
-        for start, n in zip(d["seq_off"][:-1], d["prompt_len"]):
-            out.append(decode(d["tokens"][start:start + n].tolist()))
+        train, held, _ = read(f)
+        out.extend(decode(s.ids[:s.prompt_len].tolist()) for s in train + held)
     return "\n".join(out)
 
 
@@ -144,7 +145,14 @@ def main() -> int:
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(args.target.parent), gguf_file=args.target.name)
-        pairs = unanswered(pairs, answered(args.exclude, lambda ids: tok.decode(ids, skip_special_tokens=False)))
+        from edge_spec.errors import EdgeSpecError
+
+        try:
+            seen = answered(args.exclude, lambda ids: tok.decode(ids, skip_special_tokens=False))
+        except EdgeSpecError as exc:
+            print(f"sharegpt.py: {exc}", file=sys.stderr)
+            return 1
+        pairs = unanswered(pairs, seen)
     if args.what == "prompts":
         for p, _ in pairs:
             print(p.replace("\r", "").replace("\n", "\\n"))
