@@ -739,3 +739,49 @@ def test_a_rerun_with_a_smaller_budget_keeps_the_shards_already_written(tiny_tar
     distill(replace(cfg, minutes=0.001), _quiet)  # a 0.024 s generation budget, long spent
     assert json.loads((out / "data" / "done.json").read_text())["shards"] == first
     assert sorted(p.name for p in (out / "data").glob("*.npz")) == sorted(written + ["answers.npz"])
+
+
+def test_teacher_targets_computed_for_kept_features_are_kept_for_the_next_run(tiny_target, tmp_path):
+    """Features written with the text have no teacher top-k beside them (the text's shards carry it); a run on the
+    ids alone computes it once and keeps it beside each segment it read whole, so the next run on the same data and
+    --features DIR skips that pass too, and trains exactly as the first did."""
+    first = tmp_path / "first"
+    distill(_eagle(tiny_target, first, steps=2), _quiet)
+    feats, answers = first / "features", first / "data" / "answers.npz"
+    assert list(feats.glob("*.idx.npz")) and not list(feats.glob("*.teacher*.npz"))
+    logs: dict[str, list[str]] = {}
+    reports = {}
+    for name in ("a", "b"):
+        logs[name] = []
+        reports[name] = distill(replace(_eagle(tiny_target, tmp_path / name, steps=2), init_from=first,
+                                        answers=answers, features=feats), logs[name].append)
+    passes = [[m for m in logs[n] if m.startswith("teacher:") and "computing" in m] for n in ("a", "b")]
+    assert passes[0] and not passes[1]
+    assert len(list(feats.glob("*.teacher*.npz"))) == len(list(feats.glob("*.idx.npz")))
+    assert reports["b"]["train"]["final"] == reports["a"]["train"]["final"]
+
+
+def test_cli_ttt_depth_sets_the_heads_training_depths_and_only_a_heads(tiny_target, tmp_path, monkeypatch, capsys):
+    """--ttt-depth reaches the head's training config (the default 3 stands without it; 0 is refused in one
+    sentence); a run trains at that depth, a resume at another is refused, and a layer drafter refuses it."""
+    import edge_spec.distill
+    from edge_spec.cli import main
+    from edge_spec.distill.eagle_train import EagleTrainConfig
+
+    seen: list[DistillConfig] = []
+    with monkeypatch.context() as m:
+        m.setattr(edge_spec.distill, "distill", lambda cfg, log: seen.append(cfg))
+        args = ["distill", "--target", str(tiny_target), "--out", str(tmp_path / "d"), "--kind", "eagle3"]
+        assert main(args + ["--ttt-depth", "1"]) == 0 and seen[-1].eagle.depth == 1
+        assert main(args) == 0 and seen[-1].eagle.depth == EagleTrainConfig.depth == 3
+        with pytest.raises(SystemExit) as e:
+            main(args + ["--ttt-depth", "0"])
+        assert e.value.code == 2 and "--ttt-depth" in capsys.readouterr().err
+    out = tmp_path / "h"
+    report = distill(_eagle(tiny_target, out, steps=2, depth=1), _quiet)
+    assert report["train"]["config"]["depth"] == 1
+    assert json.loads((out / "checkpoint-eagle3" / "train.json").read_text())["depth"] == 1
+    with pytest.raises(EdgeSpecError, match=r"other settings \(depth\)"):
+        distill(_eagle(tiny_target, out, steps=3, depth=2), _quiet)
+    with pytest.raises(EdgeSpecError, match="--ttt-depth"):
+        distill(replace(_config(tiny_target, tmp_path / "layers", 1), eagle=EagleTrainConfig(depth=1)), _quiet)

@@ -44,6 +44,11 @@ def _count(text: str) -> int:
     return value
 
 
+def _depth(depth: int | None) -> dict[str, int]:
+    """``--ttt-depth``: EagleTrainConfig's ``depth`` when given (the default stays the config's)."""
+    return {} if depth is None else {"depth": depth}
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = command_parser(subparsers, "distill", help="train a drafter for a target (runs on CPU or CUDA)",
                        description="Generate text with the target, then train a small drafter (a few of the "
@@ -74,6 +79,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "continued head made wider keeps what it learned (new units start silent); a unit costs "
                         "3 x hidden multiply-adds per drafted token (SmolLM2's default head: 1,536 units, 2.7M of "
                         "its 9.8M)")
+    p.add_argument("--ttt-depth", type=_positive(int), metavar="N",
+                   help="--kind eagle3: the draft depths each answer position is trained at (training-time test, "
+                        "default 3); a step costs about N times a depth-1 step, so 1 buys ~3x the steps of 3 for a "
+                        "runtime that drafts mostly one token (BENCHMARKS.md)")
     p.add_argument("--init-from", type=Path, metavar="HEAD_DIR",
                    help="eagle3: continue from this saved head (its vocabulary and weights), e.g. on more data")
     p.add_argument("--features", type=Path, metavar="DIR",
@@ -124,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
                                                  magpie=args.magpie),
                         train=dataclasses.replace(TrainConfig(), steps=args.steps, **_rate(TrainConfig, args.lr)),
                         eagle=dataclasses.replace(EagleTrainConfig(), steps=args.steps, mlp=args.head_mlp,
-                                                  **_rate(EagleTrainConfig, args.lr)))
+                                                  **_rate(EagleTrainConfig, args.lr), **_depth(args.ttt_depth)))
 
     def log(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)

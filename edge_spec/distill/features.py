@@ -146,6 +146,7 @@ def extract_features(model: torch.nn.Module, seqs: list[Sequence], aux: tuple[in
     out_dir.mkdir(parents=True, exist_ok=True)
     stems: list[Path] = []
     no_teacher: list[int] = []
+    unkept: list[tuple[Path, int, list[tuple[int, int]]]] = []  # segments without a teacher file: (stem, keys, hits)
     for idx_path in _segments(out_dir, ns):
         z = np.load(idx_path)
         hits = [(j, i) for j, k in enumerate(z["keys"]) for i in want.get(k.tobytes(), ()) if seg[i] < 0]
@@ -156,6 +157,7 @@ def extract_features(model: torch.nn.Module, seqs: list[Sequence], aux: tuple[in
             seg[i], row[i] = len(stems) - 1, z["rows"][j]
         if teacher_top_k and not _load_teacher(stems[-1], teacher_top_k, [(j, seqs[i]) for j, i in hits]):
             no_teacher += [i for _, i in hits]
+            unkept.append((stems[-1], len(z["keys"]), hits))
     missing = np.flatnonzero(seg < 0)
     if not shared:  # one run's directory: drop the segments this data does not use (and older releases' stores)
         for idx_path in _segments(out_dir, ns):
@@ -182,6 +184,10 @@ def extract_features(model: torch.nn.Module, seqs: list[Sequence], aux: tuple[in
     if no_teacher:
         log(f"teacher: {len(no_teacher):,} kept sequences have no teacher top-{teacher_top_k} kept; computing it")
         teacher_targets(model, [seqs[i] for i in no_teacher], teacher_top_k, log=log)
+        for stem, n_keys, hits in unkept:  # kept beside each segment this run read whole, so the next run skips it
+            first = {j: i for j, i in reversed(hits)}
+            if len(first) == n_keys:
+                _save_teacher(stem, teacher_top_k, [seqs[first[j]] for j in range(n_keys)])
     maps = [_open(st, dim) for st in stems]
     release_freed()
     return FeatureStore(maps, seg, row, lens, dim)

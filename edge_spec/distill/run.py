@@ -132,6 +132,9 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
                             "leave --features out.")
     if cfg.eagle.mlp is not None and cfg.kind != "eagle3":
         raise EdgeSpecError("--head-mlp sets the width of an EAGLE-3 head; add --kind eagle3 or leave it out.")
+    if cfg.eagle.depth != EagleTrainConfig.depth and cfg.kind != "eagle3":
+        raise EdgeSpecError("--ttt-depth sets the draft depths an EAGLE-3 head trains at; add --kind eagle3 or leave "
+                            "it out.")
     if cfg.init_from is not None and cfg.kind != "eagle3":
         raise EdgeSpecError("--init-from continues an EAGLE-3 head; add --kind eagle3 (a layer drafter resumes from "
                             "its own --out directory).")
