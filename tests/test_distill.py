@@ -261,8 +261,8 @@ def _eagle(target: Path, out: Path, steps: int = 4, **kw) -> DistillConfig:
     from edge_spec.distill.eagle_train import EagleTrainConfig
 
     return replace(_config(target, out, steps), kind="eagle3",
-                   eagle=EagleTrainConfig(steps=steps, batch_seqs=4, eval_every=2, draft_vocab=300, max_len=48,
-                                          eval_batch=4, **kw))
+                   eagle=EagleTrainConfig(steps=steps, batch_seqs=4, eval_every=2, max_len=48, eval_batch=4,
+                                          **{"draft_vocab": 300, **kw}))
 
 
 def test_eagle3_head_is_deterministic_resumable_and_in_the_published_layout(tiny_target, tmp_path):
@@ -761,9 +761,10 @@ def test_teacher_targets_computed_for_kept_features_are_kept_for_the_next_run(ti
     assert reports["b"]["train"]["final"] == reports["a"]["train"]["final"]
 
 
-def test_cli_ttt_depth_sets_the_heads_training_depths_and_only_a_heads(tiny_target, tmp_path, monkeypatch, capsys):
-    """--ttt-depth reaches the head's training config (the default 3 stands without it; 0 is refused in one
-    sentence); a run trains at that depth, a resume at another is refused, and a layer drafter refuses it."""
+def test_cli_ttt_depth_and_draft_vocab_reach_the_heads_config(tiny_target, tmp_path, monkeypatch, capsys):
+    """--ttt-depth and --draft-vocab reach the head's training config (the defaults stand without them; a depth of
+    0 is refused in one sentence); a run trains at that depth, a resume at another is refused, and a layer drafter
+    refuses the flag."""
     import edge_spec.distill
     from edge_spec.cli import main
     from edge_spec.distill.eagle_train import EagleTrainConfig
@@ -774,6 +775,8 @@ def test_cli_ttt_depth_sets_the_heads_training_depths_and_only_a_heads(tiny_targ
         args = ["distill", "--target", str(tiny_target), "--out", str(tmp_path / "d"), "--kind", "eagle3"]
         assert main(args + ["--ttt-depth", "1"]) == 0 and seen[-1].eagle.depth == 1
         assert main(args) == 0 and seen[-1].eagle.depth == EagleTrainConfig.depth == 3
+        assert seen[-1].eagle.draft_vocab is None  # 8,192 for a fresh head, the prior's size for a continued one
+        assert main(args + ["--draft-vocab", "16384"]) == 0 and seen[-1].eagle.draft_vocab == 16384
         with pytest.raises(SystemExit) as e:
             main(args + ["--ttt-depth", "0"])
         assert e.value.code == 2 and "--ttt-depth" in capsys.readouterr().err
@@ -785,3 +788,33 @@ def test_cli_ttt_depth_sets_the_heads_training_depths_and_only_a_heads(tiny_targ
         distill(_eagle(tiny_target, out, steps=3, depth=2), _quiet)
     with pytest.raises(EdgeSpecError, match="--ttt-depth"):
         distill(replace(_config(tiny_target, tmp_path / "layers", 1), eagle=EagleTrainConfig(depth=1)), _quiet)
+
+
+def test_draft_vocab_sizes_a_fresh_head_and_grows_a_continued_one(tiny_target, tmp_path):
+    """--draft-vocab: a fresh head has that many tokens; a continued head grown to more keeps all of its own and adds
+    the most written of the rest (training and saving at the new size); a smaller size than the prior's, or the flag
+    on a layer drafter, is refused in one sentence."""
+    from edge_spec.distill.eagle import load_head
+    from edge_spec.distill.eagle_train import EagleTrainConfig
+
+    first = tmp_path / "first"
+    distill(_eagle(tiny_target, first, steps=2, draft_vocab=150), _quiet)
+    prior = load_head(first)
+    assert prior.c.draft_vocab == 150
+    answers = first / "data" / "answers.npz"
+    big = tmp_path / "big"
+    report = distill(replace(_eagle(tiny_target, big, steps=2, draft_vocab=200), init_from=first, answers=answers),
+                     _quiet)
+    head = load_head(big)
+    assert head.c.draft_vocab == report["drafter"]["draft_vocab"] == 200
+    assert set(prior.draft_to_target.tolist()) < set(head.draft_to_target.tolist())
+    assert json.loads((big / "config.json").read_text())["draft_vocab_size"] == 200
+    same = distill(replace(_eagle(tiny_target, tmp_path / "same", steps=1, draft_vocab=None), init_from=first,
+                           answers=answers), _quiet)
+    assert same["drafter"]["draft_vocab"] == 150  # no --draft-vocab: the prior's own
+    with pytest.raises(EdgeSpecError, match="only grow"):
+        distill(replace(_eagle(tiny_target, tmp_path / "small", steps=1, draft_vocab=100), init_from=first,
+                        answers=answers), _quiet)
+    with pytest.raises(EdgeSpecError, match="--draft-vocab"):
+        distill(replace(_config(tiny_target, tmp_path / "layers", 1), eagle=EagleTrainConfig(draft_vocab=100)),
+                _quiet)

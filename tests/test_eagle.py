@@ -89,6 +89,36 @@ def test_resize_mlp_widens_without_changing_the_head_and_narrows_to_its_stronges
     assert torch.equal(narrow.midlayer.mlp.up_proj.weight, head.midlayer.mlp.up_proj.weight[keep])
 
 
+def test_grow_vocab_keeps_every_kept_tokens_logit_and_starts_new_rows_at_the_targets():
+    """A head's vocabulary grown by ids it lacked: d2t stays ascending and t2d covers both sets; at every position
+    and depth each kept token's logit is what it was, and each new token's row is the target's LM-head row."""
+    from edge_spec.distill.eagle_train import grow_vocab
+
+    head = random_head(_config()).eval()
+    target_rows = torch.randn(head.c.vocab, HIDDEN, generator=torch.Generator().manual_seed(3))
+    lacked = np.flatnonzero(~head.t2d.numpy())
+    extra = np.random.default_rng(4).permutation(lacked)[:45]
+    big = grow_vocab(head, extra, target_rows).eval()
+    ids = big.draft_to_target
+    assert big.c.draft_vocab == 165 and bool((ids[1:] > ids[:-1]).all())
+    assert set(ids.tolist()) == set(head.draft_to_target.tolist()) | set(extra.tolist())
+    assert int(big.t2d.sum()) == 165 and bool(big.t2d[torch.from_numpy(extra)].all())
+    g = torch.Generator().manual_seed(5)
+    e = torch.randn(2, 7, HIDDEN, generator=g)
+    feats = torch.randn(2, 7, head.c.feature_dim, generator=g) * 3
+    with torch.no_grad():
+        before, after = head.forward_chain(e, feats, 3), big.forward_chain(e, feats, 3)
+    where = {int(t): j for j, t in enumerate(ids)}
+    cols = torch.tensor([where[int(t)] for t in head.draft_to_target])
+    for (h0, l0), (h1, l1) in zip(before, after):
+        torch.testing.assert_close(h1, h0, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(l1[..., cols], l0, rtol=1e-5, atol=1e-5)
+    new_cols = torch.tensor([where[int(t)] for t in extra])
+    assert torch.equal(big.lm_head.weight[new_cols], target_rows[torch.from_numpy(extra)])
+    with pytest.raises(ValueError, match="already"):
+        grow_vocab(head, head.draft_to_target[:2].numpy(), target_rows)
+
+
 def test_head_round_trips_in_the_published_layout(tmp_path: Path):
     cfg = _config()
     head = random_head(cfg)

@@ -79,6 +79,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "continued head made wider keeps what it learned (new units start silent); a unit costs "
                         "3 x hidden multiply-adds per drafted token (SmolLM2's default head: 1,536 units, 2.7M of "
                         "its 9.8M)")
+    p.add_argument("--draft-vocab", type=_positive(int), metavar="N",
+                   help="--kind eagle3: the head's draft vocabulary, the N tokens the target writes most in the "
+                        "training answers (default 8,192); with --init-from a larger N keeps the head's tokens and "
+                        "their trained rows and adds the most written others (rows from the target's LM head)")
     p.add_argument("--ttt-depth", type=_positive(int), metavar="N",
                    help="--kind eagle3: the draft depths each answer position is trained at (training-time test, "
                         "default 3); a step costs about N times a depth-1 step, so 1 buys ~3x the steps of 3 for a "
@@ -133,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
                                                  magpie=args.magpie),
                         train=dataclasses.replace(TrainConfig(), steps=args.steps, **_rate(TrainConfig, args.lr)),
                         eagle=dataclasses.replace(EagleTrainConfig(), steps=args.steps, mlp=args.head_mlp,
-                                                  **_rate(EagleTrainConfig, args.lr), **_depth(args.ttt_depth)))
+                                                  **_rate(EagleTrainConfig, args.lr), **_depth(args.ttt_depth),
+                                                  draft_vocab=args.draft_vocab))
 
     def log(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)

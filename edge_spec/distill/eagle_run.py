@@ -16,8 +16,10 @@ import torch
 from edge_spec.distill.data import Sequence
 from edge_spec.distill.eagle import Eagle3Head, load_head, save_head
 from edge_spec.distill.eagle_train import (
+    DEFAULT_DRAFT_VOCAB,
     choose_vocab,
     fold_scale,
+    grow_vocab,
     head_config,
     init_head,
     resize_mlp,
@@ -69,7 +71,12 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
         ecfg = dataclasses.replace(ecfg, lr=ecfg.continue_lr, warmup=ecfg.continue_warmup)
     ckpt = cfg.out / "checkpoint-eagle3"
     width = ecfg.mlp or (prior.c.intermediate if prior is not None else model.config.intermediate_size)
-    check_marker(ckpt / "train.json", {"aux_layers": list(aux), "draft_vocab": ecfg.draft_vocab,
+    vocab_size = ecfg.draft_vocab or (prior.c.draft_vocab if prior is not None else DEFAULT_DRAFT_VOCAB)
+    if prior is not None and vocab_size < prior.c.draft_vocab:
+        raise EdgeSpecError(f"--draft-vocab {vocab_size:,} is smaller than the --init-from head's "
+                            f"{prior.c.draft_vocab:,} tokens; a continued head can only grow its vocabulary: pass a "
+                            "larger size or leave --draft-vocab out.")
+    check_marker(ckpt / "train.json", {"aux_layers": list(aux), "draft_vocab": vocab_size,
                                        "max_len": ecfg.max_len, "depth": ecfg.depth,
                                        "init_from": str(cfg.init_from) if cfg.init_from else None,
                                        "lr": ecfg.lr, "mlp": width},
@@ -80,13 +87,21 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
                              bf16=ecfg.bf16)
     scale = aux_scale(store, len(aux), seed=cfg.seed)
     if prior is None:
-        kept = choose_vocab(train_seqs, model.config.vocab_size, ecfg.draft_vocab, target.stop_ids)
+        kept = choose_vocab(train_seqs, model.config.vocab_size, vocab_size, target.stop_ids)
         head = init_head(model, head_config(model, aux, len(kept)), kept, scale)
     else:
         head, kept = prior, prior.draft_to_target.numpy()
         with torch.no_grad():  # the saved fc reads raw features; training feeds them scaled (fold_scale undone)
             head.fc.weight.div_(torch.from_numpy(scale)[None, :])
         log(f"head: starting from {cfg.init_from} (peak learning rate {ecfg.lr:g} after {ecfg.warmup} steps)")
+        if vocab_size > head.c.draft_vocab:
+            order = choose_vocab(train_seqs, model.config.vocab_size, model.config.vocab_size, target.stop_ids,
+                                 ranked=True)
+            extra = order[~head.t2d.numpy()[order]][:vocab_size - head.c.draft_vocab]
+            log(f"head: draft vocabulary {head.c.draft_vocab:,} -> {vocab_size:,} tokens (the {len(extra):,} the "
+                "target writes most among those it lacked; their rows start as the target's LM-head rows)")
+            head = grow_vocab(head, extra, model.lm_head.weight.detach().float())
+            kept = head.draft_to_target.numpy()
     if width != head.c.intermediate:
         log(f"head: MLP {head.c.intermediate} -> {width} units"
             + (" (new units start silent: the head computes what it did)" if width > head.c.intermediate else ""))

@@ -52,7 +52,7 @@ class EagleTrainConfig:
     continue_warmup: int = 100
     depth: int = 3  # training-time-test steps (the draft depths the runtime will use most)
     depth_decay: float = 0.8
-    draft_vocab: int = 8192
+    draft_vocab: int | None = None  # None: 8,192 for a fresh head, the --init-from head's own size for a continued one
     eval_every: int = 100
     eval_depth: int = 4
     checkpoint_seconds: float = 300.0
@@ -63,15 +63,20 @@ class EagleTrainConfig:
 
 
 # ---------------------------------------------------------------------------------------------- vocabulary, init
-def choose_vocab(seqs: list[Sequence], vocab: int, size: int, always: tuple[int, ...] = ()) -> np.ndarray:
-    """The ``size`` target ids the target writes most in ``seqs``' answers (plus ``always``), ascending."""
+DEFAULT_DRAFT_VOCAB = 8192
+
+
+def choose_vocab(seqs: list[Sequence], vocab: int, size: int, always: tuple[int, ...] = (),
+                 ranked: bool = False) -> np.ndarray:
+    """The ``size`` target ids the target writes most in ``seqs``' answers (plus ``always``), ascending (``ranked``:
+    most written first)."""
     counts = np.zeros(vocab, np.int64)
     for s in seqs:
         np.add.at(counts, np.asarray(s.ids[s.prompt_len:], np.int64), 1)
     counts[list(always)] = counts.max() + 1
     size = min(size, vocab)
     kept = np.argsort(-counts, kind="stable")[:size]
-    return np.sort(kept)
+    return kept if ranked else np.sort(kept)
 
 
 def head_config(model: torch.nn.Module, aux: tuple[int, ...], draft_vocab: int) -> Eagle3Config:
@@ -143,6 +148,29 @@ def resize_mlp(head: Eagle3Head, width: int, seed: int = 0) -> Eagle3Head:
     new.up_proj.weight.copy_(torch.cat((up, torch.randn(extra, up.shape[1], generator=g) * up.std())))
     new.down_proj.weight.copy_(torch.cat((down, torch.zeros(down.shape[0], extra)), 1))
     return wide
+
+
+@torch.no_grad()
+def grow_vocab(head: Eagle3Head, extra: np.ndarray, target_lm_head: torch.Tensor) -> Eagle3Head:
+    """A copy of ``head`` whose draft vocabulary also holds the target ids ``extra`` [n] (none of them already in it).
+
+    Every kept token keeps its trained LM-head row; a new token's row starts as the target's own LM-head row
+    (``target_lm_head`` [V, H]), as a fresh head's rows do; every other tensor is the same. The vocabulary stays
+    ascending in target ids (the published d2t layout), so draft ids of kept tokens may move."""
+    old_ids = head.draft_to_target
+    extra_t = torch.as_tensor(np.asarray(extra), dtype=torch.int64)
+    if bool(head.t2d[extra_t].any()):
+        raise ValueError("grow_vocab: some extra ids are already in the draft vocabulary")
+    ids, order = torch.cat((old_ids, extra_t)).sort()
+    big = Eagle3Head(replace(head.c, draft_vocab=len(ids)))
+    state = {k: v for k, v in head.state_dict().items() if not k.startswith(("lm_head.", "d2t", "t2d"))}
+    big.load_state_dict(state, strict=False)
+    big.set_vocab(ids)
+    rows = target_lm_head[ids].to(head.lm_head.weight.dtype).clone()
+    was = order < len(old_ids)
+    rows[was] = head.lm_head.weight[order[was]]
+    big.lm_head.weight.copy_(rows)
+    return big
 
 
 # ---------------------------------------------------------------------------------------------- batches

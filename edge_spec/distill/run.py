@@ -132,6 +132,9 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
                             "leave --features out.")
     if cfg.eagle.mlp is not None and cfg.kind != "eagle3":
         raise EdgeSpecError("--head-mlp sets the width of an EAGLE-3 head; add --kind eagle3 or leave it out.")
+    if cfg.eagle.draft_vocab is not None and cfg.kind != "eagle3":
+        raise EdgeSpecError("--draft-vocab sets an EAGLE-3 head's vocabulary; add --kind eagle3 or leave it out (a "
+                            "layer drafter's vocabulary is trimmed at export: edge-spec export --trim-vocab).")
     if cfg.eagle.depth != EagleTrainConfig.depth and cfg.kind != "eagle3":
         raise EdgeSpecError("--ttt-depth sets the draft depths an EAGLE-3 head trains at; add --kind eagle3 or leave "
                             "it out.")
