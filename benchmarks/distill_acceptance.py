@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--drafter-dir", type=Path, help="the edge-spec distill output (has data/)")
     src.add_argument("--data", type=Path, nargs="+", metavar="ANSWERS_NPZ",
                      help="held-out prompts of these answers files instead (a drafter trained with --data)")
-    src.add_argument("--chat", action="store_true", help="benchmarks/chat_prompts.py's chat prompts instead")
+    src.add_argument("--chat", action="store_true",
+                     help="benchmarks/chat_prompts.py's chat prompts instead (the first --prompts of its 96)")
     ap.add_argument("--prompts", type=int, default=40)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7])
@@ -81,10 +82,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.chat:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from chat_prompts import CHAT_PROMPTS
+        from chat_prompts import MORE_CHAT_PROMPTS
         from vs_llamacpp import prompt_ids
 
-        prompts = prompt_ids(args.bundle, list(CHAT_PROMPTS[:args.prompts]))
+        prompts = prompt_ids(args.bundle, list(MORE_CHAT_PROMPTS[:args.prompts]))
     elif args.data:
         prompts = answers_prompts(args.data, args.prompts)
     else:
