@@ -3,8 +3,9 @@
 Written for the benchmarks. Benchmarks take the first N, so a slice measured once stays the same prompts. Checked
 against every prompt of the committed answers files (models/smollm2-data, their decoded prompts) and the built-in
 distillation prompt set (edge_spec/distill/prompts.py): MORE_CHAT_PROMPTS' 33-96 occur in none of them; of the
-first 32, "What is the capital of France?" (also in the built-in set) and "Explain photosynthesis to a ten-year-old."
-occur in answers-s1.npz / answers.npz (neither of which the demo head trained on; the demo's n-gram table reads them).
+first 32, "What is the capital of France?" and "Explain photosynthesis to a ten-year-old." (held out of today's
+built-in pool, prompts.HELD_APART) occur in answers-s1.npz / answers.npz, written before that: the demo head did not
+train on either file, but the demo's n-gram table reads them.
 """
 
 from __future__ import annotations
