@@ -82,7 +82,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--draft-vocab", type=_positive(int), metavar="N",
                    help="--kind eagle3: the head's draft vocabulary, the N tokens the target writes most in the "
                         "training answers (default 8,192); with --init-from a larger N keeps the head's tokens and "
-                        "their trained rows and adds the most written others (rows from the target's LM head)")
+                        "their trained rows and adds the most written others (their rows start silent)")
     p.add_argument("--ttt-depth", type=_positive(int), metavar="N",
                    help="--kind eagle3: the draft depths each answer position is trained at (training-time test, "
                         "default 3); a step costs about N times a depth-1 step, so 1 buys ~3x the steps of 3 for a "

@@ -99,8 +99,9 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
                                  ranked=True)
             extra = order[~head.t2d.numpy()[order]][:vocab_size - head.c.draft_vocab]
             log(f"head: draft vocabulary {head.c.draft_vocab:,} -> {vocab_size:,} tokens (the {len(extra):,} the "
-                "target writes most among those it lacked; their rows start as the target's LM-head rows)")
-            head = grow_vocab(head, extra, model.lm_head.weight.detach().float())
+                "target writes most among those it lacked; their rows start at the mean of the trained ones, so the "
+                "head drafts what it did)")
+            head = grow_vocab(head, extra)
             kept = head.draft_to_target.numpy()
     if width != head.c.intermediate:
         log(f"head: MLP {head.c.intermediate} -> {width} units"
