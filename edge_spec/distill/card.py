@@ -80,7 +80,8 @@ def render_eagle_card(report: dict, command: str | None = None) -> str:
         f"prompts, {data['heldout_tokens']:,} tokens. Features recomputed in {report['features_seconds'] / 60:.1f} "
         "min (teacher-forced passes).",
         f"* Training: {tr['steps']} steps of {tr['config']['batch_seqs']} sequences, training-time test over "
-        f"{tr['config']['depth']} draft steps, top-k forward KL, lr {tr['config']['lr']}, {tr['seconds'] / 60:.1f} min "
+        f"{tr['config']['depth']} draft step{'s' if tr['config']['depth'] != 1 else ''}, top-k forward KL, "
+        f"lr {tr['config']['lr']}, {tr['seconds'] / 60:.1f} min "
         f"on {report['device']} ({report['threads']} thread(s){_bf16(report)}), seed {report['seed']}, torch "
         f"{report['torch']}.",
         *_continued(report),
