@@ -2,7 +2,7 @@
 
 Written for the benchmarks. Benchmarks take the first N, so a slice measured once stays the same prompts. Checked
 against every prompt of the committed answers files (models/smollm2-data, their decoded prompts) and the built-in
-distillation prompt set (edge_spec/distill/prompts.py): MORE_CHAT_PROMPTS' 33-96 occur in none of them; of the
+distillation prompt set (edge_spec/distill/prompts.py): ALL_CHAT_PROMPTS' 33-96 occur in none of them; of the
 first 32, "What is the capital of France?" and "Explain photosynthesis to a ten-year-old." (held out of today's
 built-in pool, prompts.HELD_APART) occur in answers-s1.npz / answers.npz, written before that: the demo head did not
 train on either file, but the demo's n-gram table reads them.
@@ -45,10 +45,10 @@ CHAT_PROMPTS: tuple[str, ...] = (
     "Tell me a fun fact about octopuses.",
 )
 
-# 64 more of the same kind, after CHAT_PROMPTS in MORE_CHAT_PROMPTS (benchmarks/distill_acceptance.py --chat --prompts
+# 64 more of the same kind, after CHAT_PROMPTS in ALL_CHAT_PROMPTS (benchmarks/distill_acceptance.py --chat --prompts
 # 96), so acceptance on chat prompts resolves differences of ~0.01: 32 prompts x 64 tokens give ~1,400 drafts, a
 # standard error of ~0.013. The other benchmarks keep the 32 (their numbers stay comparable).
-MORE_CHAT_PROMPTS: tuple[str, ...] = CHAT_PROMPTS + (
+ALL_CHAT_PROMPTS: tuple[str, ...] = CHAT_PROMPTS + (
     "What is the tallest mountain in the world?",
     "How do I make a cup of green tea?",
     "Explain the difference between weather and climate.",

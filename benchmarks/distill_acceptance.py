@@ -82,10 +82,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.chat:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from chat_prompts import MORE_CHAT_PROMPTS
+        from chat_prompts import ALL_CHAT_PROMPTS
         from vs_llamacpp import prompt_ids
 
-        prompts = prompt_ids(args.bundle, list(MORE_CHAT_PROMPTS[:args.prompts]))
+        prompts = prompt_ids(args.bundle, list(ALL_CHAT_PROMPTS[:args.prompts]))
     elif args.data:
         prompts = answers_prompts(args.data, args.prompts)
     else:

@@ -586,12 +586,12 @@ def test_builtin_prompts_are_distinct_deterministic_and_keep_the_benchmark_promp
     from edge_spec.distill.prompts import builtin_prompts
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from chat_prompts import CHAT_PROMPTS, MORE_CHAT_PROMPTS
+    from chat_prompts import ALL_CHAT_PROMPTS, CHAT_PROMPTS
 
     pool = builtin_prompts()
     assert pool == builtin_prompts() and len(set(pool)) == len(pool) > 3000
-    assert MORE_CHAT_PROMPTS[:len(CHAT_PROMPTS)] == CHAT_PROMPTS and len(set(MORE_CHAT_PROMPTS)) == 96
-    assert not set(MORE_CHAT_PROMPTS) & set(pool)
+    assert ALL_CHAT_PROMPTS[:len(CHAT_PROMPTS)] == CHAT_PROMPTS and len(set(ALL_CHAT_PROMPTS)) == 96
+    assert not set(ALL_CHAT_PROMPTS) & set(pool)
     assert all("{" not in p for p in pool)  # every template filled
 
 

@@ -44,11 +44,6 @@ def _count(text: str) -> int:
     return value
 
 
-def _depth(depth: int | None) -> dict[str, int]:
-    """``--ttt-depth``: EagleTrainConfig's ``depth`` when given (the default stays the config's)."""
-    return {} if depth is None else {"depth": depth}
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = command_parser(subparsers, "distill", help="train a drafter for a target (runs on CPU or CUDA)",
                        description="Generate text with the target, then train a small drafter (a few of the "
@@ -137,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
                                                  magpie=args.magpie),
                         train=dataclasses.replace(TrainConfig(), steps=args.steps, **_rate(TrainConfig, args.lr)),
                         eagle=dataclasses.replace(EagleTrainConfig(), steps=args.steps, mlp=args.head_mlp,
-                                                  **_rate(EagleTrainConfig, args.lr), **_depth(args.ttt_depth),
+                                                  **_rate(EagleTrainConfig, args.lr),
+                                                  depth=args.ttt_depth or EagleTrainConfig.depth,
                                                   draft_vocab=args.draft_vocab))
 
     def log(msg: str) -> None:
