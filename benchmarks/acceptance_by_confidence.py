@@ -60,12 +60,13 @@ def load_pair(target_path: Path, head_path: Path, threads: int):
 
 
 def chat_prompt_ids(target, n: int) -> list[list[int]]:
-    """The first ``n`` benchmark chat prompts rendered by the target's chat template."""
-    from chat_prompts import CHAT_PROMPTS, chat_messages
+    """The first ``n`` benchmark chat prompts (of the 96 held out; the first 32 are ``CHAT_PROMPTS``) rendered by
+    the target's chat template."""
+    from chat_prompts import ALL_CHAT_PROMPTS, chat_messages
 
     from edge_spec.distill.target import render
 
-    return [render(target.tokenizer, chat_messages(p)) for p in CHAT_PROMPTS[:n]]
+    return [render(target.tokenizer, chat_messages(p)) for p in ALL_CHAT_PROMPTS[:n]]
 
 
 def depth1_logits(model, head, ids, feats):
@@ -75,9 +76,11 @@ def depth1_logits(model, head, ids, feats):
     return head.forward_chain(e, feats[:, :-1], 1)[0][1][0]
 
 
-def teacher_forced(target, head, prompts: list[list[int]], tokens: int):
+def teacher_forced(target, head, prompts: list[list[int]], tokens: int, hidden_states: bool = False):
     """For each prompt, the target's greedy answer read back in one teacher-forced pass: yields (prompt ids, answer
-    ids, ids [1, S] of both, the target's logits [S, V] in float32, the head's aux features [1, S, 3H])."""
+    ids, ids [1, S] of both, the target's logits [S, V] in float32, the head's aux features [1, S, 3H], and with
+    ``hidden_states`` transformers' per-layer residual streams (L + 1 of [1, S, H], the last after the final norm),
+    else None)."""
     import torch
 
     from edge_spec.distill.features import _aux_hooks
@@ -90,9 +93,9 @@ def teacher_forced(target, head, prompts: list[list[int]], tokens: int):
         for p, a in zip(prompts, answers):
             ids = torch.tensor([p + a])
             with torch.no_grad():
-                out = model.model(input_ids=ids, use_cache=False)
+                out = model.model(input_ids=ids, use_cache=False, output_hidden_states=hidden_states)
                 logits = model.lm_head(out.last_hidden_state)[0].float()
-                yield p, a, ids, logits, torch.cat([store[j] for j in head.c.aux_layers], -1)
+                yield p, a, ids, logits, torch.cat([store[j] for j in head.c.aux_layers], -1), out.hidden_states
     finally:
         for hd in handles:
             hd.remove()
@@ -104,7 +107,7 @@ def measure(target, head, prompts: list[list[int]], tokens: int) -> dict:
 
     conf, hit, top4, pos, inside = [], [], [], [], []
     d2t = head.draft_to_target
-    for p, a, ids, target_logits, feats in teacher_forced(target, head, prompts, tokens):
+    for p, a, ids, target_logits, feats, _ in teacher_forced(target, head, prompts, tokens):
         with torch.no_grad():
             probs = torch.softmax(target_logits, -1)  # [S, V]
             logits = depth1_logits(target.model, head, ids, feats)

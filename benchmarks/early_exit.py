@@ -22,48 +22,34 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from acceptance_by_confidence import _answers, depth1_logits, head_arguments, load_pair
-    from chat_prompts import ALL_CHAT_PROMPTS, chat_messages
+    from acceptance_by_confidence import chat_prompt_ids, depth1_logits, head_arguments, load_pair, teacher_forced
 
     ap = head_arguments(__doc__)
     args = ap.parse_args(argv)
 
     import torch
 
-    from edge_spec.distill.features import _aux_hooks
-    from edge_spec.distill.target import render
-
     t0 = time.time()
     target, head = load_pair(args.target, args.head, args.threads)
     model = target.model
     layers = model.config.num_hidden_layers
-    prompts = [render(target.tokenizer, chat_messages(p)) for p in ALL_CHAT_PROMPTS[:args.prompts]]
-    answers = _answers(model, prompts, args.tokens, target.stop_ids)
+    prompts = chat_prompt_ids(target, args.prompts)
     agree = [0] * (layers + 1)  # agree[l]: lens after layer l (l = layers: the target itself)
     head_hits = positions = 0
     d2t = head.draft_to_target
-    store: dict[int, torch.Tensor] = {}
-    handles = _aux_hooks(model, head.c.aux_layers, store)
-    try:
-        for p, a in zip(prompts, answers):
-            ids = torch.tensor([p + a])
-            rows = slice(len(p) - 1, len(p) + len(a) - 1)  # position j - 1 predicts answer token j
-            with torch.no_grad():
-                out = model.model(input_ids=ids, output_hidden_states=True, use_cache=False)
-                final = model.lm_head(out.hidden_states[-1][0, rows]).argmax(-1)
-                for layer in range(1, layers):  # hidden_states[l]: after layer l (the last one is after the norm)
-                    lens = model.lm_head(model.model.norm(out.hidden_states[layer][0, rows])).argmax(-1)
-                    agree[layer] += int((lens == final).sum())
-                feats = torch.cat([store[j] for j in head.c.aux_layers], -1)
-                drafts = d2t[depth1_logits(model, head, ids, feats).argmax(-1)]  # [S-1]: drafted at q for q + 2
-            # answer token j (j >= len(p) + 1) is drafted at q = j - 2; the first answer token has no draft
-            js = range(len(p) + 1, len(p) + len(a))
-            head_hits += sum(int(drafts[j - 2]) == int(final[j - len(p)]) for j in js)
-            positions += len(a)
-            agree[layers] += len(a)
-    finally:
-        for hd in handles:
-            hd.remove()
+    for p, a, ids, logits, feats, hidden in teacher_forced(target, head, prompts, args.tokens, hidden_states=True):
+        rows = slice(len(p) - 1, len(p) + len(a) - 1)  # position j - 1 predicts answer token j
+        final = logits[rows].argmax(-1)
+        with torch.no_grad():
+            for layer in range(1, layers):  # hidden[l]: after layer l (the last one is after the norm)
+                lens = model.lm_head(model.model.norm(hidden[layer][0, rows])).argmax(-1)
+                agree[layer] += int((lens == final).sum())
+            drafts = d2t[depth1_logits(model, head, ids, feats).argmax(-1)]  # [S-1]: drafted at q for q + 2
+        # answer token j (j >= len(p) + 1) is drafted at q = j - 2; the first answer token has no draft
+        js = range(len(p) + 1, len(p) + len(a))
+        head_hits += sum(int(drafts[j - 2]) == int(final[j - len(p)]) for j in js)
+        positions += len(a)
+        agree[layers] += len(a)
     drafted = positions - len(prompts)
     report = {"target": str(args.target), "head": str(args.head), "prompts": len(prompts), "tokens": args.tokens,
               "positions": positions, "torch": torch.__version__,

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     prompts = chat_prompt_ids(target, args.prompts)
     hits = {f"{f}/{a}": [] for f in ("torch", "ort") for a in ("torch", "ort")}
     agree, rel = [], []
-    for p, a, ids, logits, torch_feats in teacher_forced(target, head, prompts, args.tokens):
+    for p, a, ids, logits, torch_feats, _ in teacher_forced(target, head, prompts, args.tokens):
         seq = p + a
         arg = {"torch": logits.argmax(-1).numpy()}
         feats = {"torch": torch_feats[0].float()}

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     model = target.model
     # (ids [1, S], features [1, S, 3H], target argmax [S], prompt length, answer length)
     cases = [(ids, feats, logits.argmax(-1), len(p), len(a))
-             for p, a, ids, logits, feats in teacher_forced(target, head, chat_prompt_ids(target, args.prompts),
+             for p, a, ids, logits, feats, _ in teacher_forced(target, head, chat_prompt_ids(target, args.prompts),
                                                             args.tokens)]
 
     def agreement(h) -> float:
