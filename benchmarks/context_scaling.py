@@ -9,7 +9,9 @@ each depth d (positions already cached) this times one decode step:
 * llama.cpp (``--gguf``, binaries from benchmarks/build_llamacpp.sh): ``llama-bench -p 0 -n N -d d`` on the same
   file, threads and depths (its mean tokens/s over its repetitions, as ms per token).
 
-The two run one after the other, never at once; the ratio at each depth is within this one run.
+The two run one after the other, never at once; the ratio at each depth is within this one run. ``--also NAME=DIR``
+times more bundles' target steps in the same run, one bundle after the other (e.g. the graph variants
+``benchmarks/offset_cost.py`` writes), each with its own ratio to llama.cpp.
 
     python benchmarks/context_scaling.py --bundle DEMO --gguf SmolLM2-135M-Instruct.Q4_1.gguf --threads 1 2
 """
@@ -29,17 +31,26 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 
-def edge_steps(bundle: Path, depths: list[int], threads: int, repeats: int) -> dict[int, dict[str, float]]:
-    """{depth: {min_ms, median_ms}} of one plain decode step of the bundle's target after ``depth`` positions."""
+def edge_steps(bundles: dict[str, Path], depths: list[int], threads: int,
+               repeats: int) -> dict[str, dict[int, dict[str, float]]]:
+    """{name: {depth: {min_ms, median_ms}}} of one plain decode step of each bundle's target after ``depth``
+    positions; one bundle loaded at a time (two sessions with spinning pools in one process take each other's
+    cores: interleaved, the 2-thread medians doubled)."""
+    import gc
+
     from kv_dtype import step_times
 
     from edge_spec import Engine
 
-    engines = {"edge": Engine.load(bundle, drafting="none", max_context=max(depths) + 16, threads=threads)}
-    out = {}
-    for d in depths:
-        out[d] = step_times(engines, d + 1, repeats)["edge"]  # a step at context d + 1: d positions cached
-        print(f"edge-spec threads={threads} depth={d}: {out[d]}", flush=True)
+    out: dict[str, dict[int, dict[str, float]]] = {}
+    for name, bundle in bundles.items():
+        engine = Engine.load(bundle, drafting="none", max_context=max(depths) + 16, threads=threads)
+        out[name] = {}
+        for d in depths:
+            out[name][d] = step_times({name: engine}, d + 1, repeats)[name]  # a step at d + 1: d positions cached
+            print(f"{name} threads={threads} depth={d}: {out[name][d]}", flush=True)
+        del engine
+        gc.collect()
     return out
 
 
@@ -61,6 +72,11 @@ def llama_steps(gguf: Path, depths: list[int], threads: int, tokens: int, reps: 
     return out
 
 
+def _over(edge: dict[int, dict[str, float]], llama: dict[int, dict[str, float]]) -> dict[int, float]:
+    """edge-spec's median ms per step over llama.cpp's ms per token, at each depth both measured."""
+    return {d: round(edge[d]["median_ms"] / llama[d]["ms_per_token"], 3) for d in edge if d in llama}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bundle", required=True, type=Path, help="a bundle directory, or demo")
@@ -70,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=40, help="edge-spec steps per depth")
     ap.add_argument("--llama-tokens", type=int, default=32, help="llama-bench -n")
     ap.add_argument("--llama-reps", type=int, default=3, help="llama-bench -r")
+    ap.add_argument("--also", nargs="+", default=[], metavar="NAME=DIR",
+                    help="more bundles whose target steps are timed in the same run")
     ap.add_argument("--json", type=Path, default=HERE / "results" / "context_scaling.json")
     args = ap.parse_args(argv)
 
@@ -82,13 +100,21 @@ def main(argv: list[str] | None = None) -> int:
     import onnxruntime
 
     result["onnxruntime"] = onnxruntime.__version__
+    also = dict(spec.split("=", 1) for spec in args.also)
+    if also:
+        result["also"] = also
     for threads in args.threads:
-        run: dict[str, object] = {"edge_spec": edge_steps(bundle, args.depths, threads, args.repeats)}
+        steps = edge_steps({"edge-spec": bundle, **{k: Path(v) for k, v in also.items()}}, args.depths, threads,
+                           args.repeats)
+        run: dict[str, object] = {"edge_spec": steps.pop("edge-spec")}
+        if steps:
+            run["also"] = steps
         if args.gguf:
-            run["llama_cpp"] = llama_steps(args.gguf, args.depths, threads, args.llama_tokens, args.llama_reps)
-            edge, llama = run["edge_spec"], run["llama_cpp"]
-            run["edge_over_llama_ms"] = {d: round(edge[d]["median_ms"] / llama[d]["ms_per_token"], 3)
-                                         for d in args.depths if d in llama}
+            llama = run["llama_cpp"] = llama_steps(args.gguf, args.depths, threads, args.llama_tokens,
+                                                   args.llama_reps)
+            run["edge_over_llama_ms"] = _over(run["edge_spec"], llama)
+            if steps:
+                run["also_over_llama_ms"] = {name: _over(s, llama) for name, s in steps.items()}
         result["runs"][str(threads)] = run
     print(json.dumps(result, indent=2))
     args.json.parent.mkdir(parents=True, exist_ok=True)
