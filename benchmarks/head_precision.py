@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     # (ids [1, S], features [1, S, 3H], target argmax [S], prompt length, answer length)
     cases = [(ids, feats, logits.argmax(-1), len(p), len(a))
              for p, a, ids, logits, feats, _ in teacher_forced(target, head, chat_prompt_ids(target, args.prompts),
-                                                            args.tokens)]
+                                                               args.tokens)]
 
     def agreement(h) -> float:
         hits = []
