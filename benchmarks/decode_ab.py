@@ -18,8 +18,8 @@ passes), greedy, the stop tokens ignored so every request makes ``--tokens`` tok
 computes at any moment. Ratios are llama.cpp's time over edge-spec's (above 1: edge-spec is faster), from medians
 over every prompt of every round.
 
-``--kernels`` also times, at each thread count, the target graph's 121 ``MatMulNBits`` nodes alone (their real
-weights, each fed a [1, K] row; one session, no other kernel) beside a whole decode step of the same graph
+``--kernels`` also times, at each thread count, the target graph's ``MatMulNBits`` nodes alone (121 in the demo's;
+their real weights, each fed a [1, K] row; one session, no other kernel) beside a whole decode step of the same graph
 (``kv_dtype.step_times`` at ``--kernel-depth`` cached positions), one session loaded at a time: the share of a step
 the 4-bit matmuls take, and what the extra threads buy them and the rest of the graph.
 
