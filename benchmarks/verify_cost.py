@@ -1,10 +1,13 @@
 """What a target pass of k rows costs against one row: the price of verifying k - 1 drafts at once.
 
-    python benchmarks/verify_cost.py --bundle demo [--threads 1] [--rows 1 2 3 4 5 6 8] [--past 150] [--profile]
+    python benchmarks/verify_cost.py --bundle demo [OTHER ...] [--threads 1] [--rows 1 2 3 4 5 6 8] [--past 150]
+                                     [--profile]
 
-One pass of k new tokens after ``--past`` cached positions through the bundle's target (drafting off, the
-runtime's own forward with its IO binding), all row counts interleaved so load on a shared machine hits them alike;
-min and median over the repeats, and each median against the 1-row pass's. ``--profile`` also runs ONNX Runtime's
+One pass of k new tokens after ``--past`` cached positions through the bundle's target graph (drafting off, the
+runtime's own forward with its IO binding, and no runtime padding: a pass has exactly k rows, so a graph that pads
+itself, export/invariance.py, shows what that costs), all row counts — and all bundles, when several are given —
+interleaved so load on a shared machine hits them alike; min and median over the repeats, and each median against
+the first bundle's 1-row pass. ``--profile`` also runs ONNX Runtime's
 profiler and sums node time per op type (and per MatMulNBits kind) for each row count (profiling inflates times).
 For llama.cpp's equivalent: ``llama-bench -m FILE.gguf -t T -p 1,2,3,5,8 -n 0 -d 150`` (prompt batches of k tokens).
 """
@@ -62,7 +65,7 @@ def op_times(profile_file: str, order: list[tuple[int, int]], warm: int) -> dict
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--bundle", default="demo")
+    ap.add_argument("--bundle", nargs="+", default=["demo"])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--past", type=int, default=150, help="cached positions before the pass")
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6, 8])
@@ -73,31 +76,36 @@ def main(argv: list[str] | None = None) -> int:
     warm = 3
     if args.profile:
         session_mod.session_options = _profiled_options(str(Path(tempfile.gettempdir()) / "verify_cost"))
-    engine = Engine.load(args.bundle, threads=args.threads, drafting="none", max_context=4096)
-    t = engine.target
-    samples: dict[int, list[float]] = {r: [] for r in args.rows}
+    engines = [Engine.load(b, threads=args.threads, drafting="none", max_context=4096) for b in args.bundle]
+    for e in engines:
+        e.target.min_rows = 1  # the graph's own cost: no runtime padding of old (batch_invariant_rows 2) bundles
+    keys = [(b, r) for b in range(len(engines)) for r in args.rows]
+    samples: dict[tuple[int, int], list[float]] = {k: [] for k in keys}
     order = []
     for i in range(args.repeats + warm):
-        for r in args.rows:
+        for b, r in keys:
+            t = engines[b].target
             t.rewind_to(0)
             t.kv.length = args.past  # the cost does not depend on the cached values
             t0 = time.perf_counter()
             t.forward([42] * r)
             dt = time.perf_counter() - t0
-            order.append((i, r))
+            if b == 0:
+                order.append((i, r))
             if i >= warm:
-                samples[r].append(dt)
+                samples[(b, r)].append(dt)
             t.rewind_to(0)
-    base = statistics.median(samples[args.rows[0]])
+    base = statistics.median(samples[(0, args.rows[0])])
     rows = []
-    for r, v in samples.items():
+    for (b, r), v in samples.items():
         med = statistics.median(v)
-        rows.append({"rows": r, "min_ms": round(min(v) * 1e3, 2), "median_ms": round(med * 1e3, 2),
-                     "vs_first": round(med / base, 2)})
-        print(f"{r} rows: min {min(v) * 1e3:.2f} ms, median {med * 1e3:.2f} ms ({med / base:.2f}x)")
-    report: dict = {"bundle": str(args.bundle), "threads": args.threads, "past": args.past, "passes": rows}
+        rows.append({"bundle": str(args.bundle[b]), "rows": r, "min_ms": round(min(v) * 1e3, 2),
+                     "median_ms": round(med * 1e3, 2), "vs_first": round(med / base, 2)})
+        print(f"{args.bundle[b]}: {r} rows: min {min(v) * 1e3:.2f} ms, median {med * 1e3:.2f} ms ({med / base:.2f}x)")
+    report: dict = {"bundles": [str(b) for b in args.bundle], "threads": args.threads, "past": args.past,
+                    "passes": rows}
     if args.profile:
-        report["op_ms_per_pass"] = op_times(t.session.end_profiling(), order, warm)
+        report["op_ms_per_pass"] = op_times(engines[0].target.session.end_profiling(), order, warm)
         for r, ops in report["op_ms_per_pass"].items():
             print(f"-- {r} rows: " + ", ".join(f"{k} {v}" for k, v in list(ops.items())[:8]))
     args.out.write_text(json.dumps(report, indent=1) + "\n")

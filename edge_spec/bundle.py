@@ -31,7 +31,7 @@ from edge_spec.errors import BundleError, EdgeSpecError
 
 MANIFEST_NAME = "edge_spec.json"
 FORMAT = "edge-spec-bundle"
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 PRECISIONS = ("int4", "int8", "fp16", "fp32")
 NGRAM_ENTRY_BYTES = 12  # NgramSpec: an 8-byte n-gram hash + a 4-byte token id per entry
 GRAPH_FORMATS = ("onnx", "ort")  # ModelSpec.graph_format: an ONNX protobuf or an ORT-format flatbuffer
@@ -79,9 +79,13 @@ class ModelSpec:
     output_names: dict[str, str]  # logits, present_key (%d), present_value (%d)
     genai_config: str | None = None  # ORT GenAI config, relative path (target only)
     # Passes of at least this many rows give every row bit-identical logits whatever the pass size
-    # (measured at export, edge_spec/export/invariance.py); the runtime pads shorter target passes
-    # to it when it speculates. None: not batch-invariant (or not measured).
+    # (measured at export, edge_spec/export/invariance.py): 1 = any pass, a 1-token step included. Bundles
+    # before version 9 say 2 and the runtime pads shorter passes to it. None: not batch-invariant.
     batch_invariant_rows: int | None = None
+    # Rows the graph itself appends to every pass (copies of the last token, dropped before the output;
+    # export/invariance.py): what makes a 1-token step the first row of a 2-row pass. Their keys/values
+    # land past the pass, so the KV buffers hold this many scratch positions beyond max_context.
+    pad_rows: int = 0
     # Peak RSS added while creating the session (before the weights it repacked are let go): what loading needs
     # at once. None (bundles exported before it was measured): load_bytes, measured with those pages resident.
     load_peak_bytes: int | None = None
@@ -297,7 +301,7 @@ def _check_model(spec: ModelSpec, where: str) -> None:
     for name in ("num_layers", "num_attention_heads", "num_kv_heads", "head_size", "hidden_size", "vocab_size",
                  "full_vocab_size", "max_context", "kv_bytes_per_token"):
         _at_least(getattr(spec, name), 1, f"{where}.{name}")
-    for name in ("weight_bytes", "load_bytes"):
+    for name in ("weight_bytes", "load_bytes", "pad_rows"):
         _at_least(getattr(spec, name), 0, f"{where}.{name}")
     for name in ("load_peak_bytes", "gather_bytes"):
         if getattr(spec, name) is not None:

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "models" / "demo"
+if str(ROOT) not in sys.path:  # tests reuse a few benchmark helpers (prompt sets, the plain ONNX Runtime reference)
+    sys.path.insert(0, str(ROOT))
 
 
 def _key() -> str:

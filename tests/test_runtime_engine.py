@@ -47,43 +47,40 @@ def _discrepancy(engine: Engine, bundle: Path) -> float:
     return worst
 
 
-def test_greedy_speculative_equals_greedy_ar_on_50_prompts(engine, bundle, record_property):
+def test_greedy_speculative_equals_greedy_with_no_drafter_on_50_prompts(engine, bundle, record_property):
     """Hybrid SD (the default: lookup drafts where the context repeats, the drafter elsewhere), drafter-model
-    SD and prompt-lookup SD (which gets drafts accepted even from a weak pair) against AR of the same
-    target graph."""
+    SD and prompt-lookup SD (which gets drafts accepted even from a weak pair) against the engine with no drafter
+    loaded (what --no-speculation runs), token for token; that one against plain ONNX Runtime running the target
+    graph alone (1-token steps, no IO binding) on every fifth prompt."""
+    from benchmarks.one_distribution import PlainORT
+
     disc = _discrepancy(engine, bundle)
+    assert engine.manifest.target.batch_invariant_rows == 1 and engine.target.min_rows == 1
+    assert disc == 0.0  # a 5-token verify pass and five 1-token steps agree bit for bit, with no runtime padding
+    plain = Engine.load(bundle, drafting="none", max_context=256)
+    assert plain.drafter is None and plain.plan.mode == "ar"
     lookup = Engine.load(bundle, drafting="lookup", max_context=256)
     model = Engine.load(bundle, drafting="model", max_context=256)
-    mismatches, margins, drafted, accepted = 0, [], 0, 0
+    ort_run = PlainORT(bundle / engine.manifest.target.graph, engine.manifest.target)
+    mismatches, ort_mismatches, drafted, accepted = [], [], 0, 0
     assert len(PROMPTS) >= 50
     cfg = {"max_new_tokens": 24, "stop_token_ids": ()}
-    for prompt in PROMPTS:
-        ar = engine.generate(prompt, cfg, speculative=False).token_ids
+    for i, prompt in enumerate(PROMPTS):
+        ar = plain.generate(prompt, cfg).token_ids
+        if i % 5 == 0 and list(ar) != ort_run.greedy(plain.tokenizer.encode(prompt).ids, len(ar), set()):
+            ort_mismatches.append(prompt)
         for eng in (engine, model, lookup):
             r = eng.generate(prompt, cfg, draft_length=4)
             drafted, accepted = drafted + r.stats.drafted, accepted + r.stats.accepted
-            if r.token_ids == ar:
-                continue
-            mismatches += 1
-            i = next(j for j, (a, b) in enumerate(zip(ar, r.token_ids)) if a != b)
-            ids = engine.tokenizer.encode(prompt).ids + list(ar[:i])
-            logits, _ = plain_logits(bundle / engine.manifest.target.graph, engine.manifest.target, ids)
-            top2 = np.sort(logits[-1])[-2:]
-            margins.append(float(top2[1] - top2[0]))
+            if r.token_ids != ar:
+                mismatches.append(prompt)
     runs = 3 * len(PROMPTS)
-    record_property("greedy_mismatches", f"{mismatches}/{runs}")
-    record_property("verify_vs_step_discrepancy", disc)
-    print(f"\ngreedy SD vs AR: {mismatches}/{runs} runs differ (hybrid, drafter model and prompt lookup, "
-          f"{accepted}/{drafted} drafts accepted); verify-vs-step discrepancy {disc:.4g}; "
-          f"margins at first difference {margins}")
-    assert accepted > 0  # accepted drafts were exercised, not only rejections
+    record_property("greedy_mismatches", f"{len(mismatches)}/{runs}")
+    print(f"\ngreedy SD vs no drafter: {len(mismatches)}/{runs} runs differ (hybrid, drafter model and prompt lookup, "
+          f"{accepted}/{drafted} drafts accepted); no drafter vs plain ONNX Runtime: {len(ort_mismatches)} differ")
+    assert 0 < accepted < drafted  # drafts both accepted and rejected
     assert engine.stats.lookup_drafted > 0 and model.stats.lookup_drafted == 0  # hybrid used lookup; "model" not
-    if engine.manifest.target.batch_invariant_rows is not None:
-        # padded 1-token steps make every target row bit-identical to its verify-pass twin
-        assert engine.target.min_rows == engine.manifest.target.batch_invariant_rows
-        assert disc == 0.0 and mismatches == 0, (disc, mismatches, margins)
-    # else a difference is only allowed at a near-tie the graph's own batch-vs-step noise can flip
-    assert all(m <= 2 * disc for m in margins), (margins, disc)
+    assert not mismatches and not ort_mismatches, (mismatches[:3], ort_mismatches[:3])
 
 
 def _real_pq(engine: Engine, bundle: Path, prompt: str):
@@ -172,9 +169,9 @@ def test_kv_after_rewind_matches_fresh_run(engine, bundle):
     _, present = plain_logits(bundle / engine.manifest.target.graph, engine.manifest.target, committed[:n])
     worst = 0.0
     kv = engine.target.kv
-    for layer in range(engine.manifest.target.num_layers):
-        worst = max(worst, float(np.abs(kv.keys[layer][:, :, :n] - present[f"present.{layer}.key"]).max()),
-                    float(np.abs(kv.values[layer][:, :, :n] - present[f"present.{layer}.value"]).max()))
+    for layer in range(engine.manifest.target.num_layers):  # present also holds the graph's own extra row: cut it
+        worst = max(worst, float(np.abs(kv.keys[layer][:, :, :n] - present[f"present.{layer}.key"][:, :, :n]).max()),
+                    float(np.abs(kv.values[layer][:, :, :n] - present[f"present.{layer}.value"][:, :, :n]).max()))
     assert worst < 0.05, worst  # chunked vs one-pass int8-activation noise, not stale drafts (those are O(1))
 
 

@@ -660,10 +660,12 @@ def test_readme_serve_examples_work_verbatim_against_demo(demo_bundle: Path, tmp
 def test_a_sampled_reply_may_fill_the_bundles_whole_context(demo_bundle: Path) -> None:
     """Found by serving (a request without max_tokens runs until the context is full): at the bundle's full
     context, a padded 1-token pass at the last position went past the graph's rotary table and ONNX Runtime
-    failed; the last position now runs unpadded. Sampled steps draft less, so they reach it with one token."""
+    failed. The graph's own extra row (export/invariance.py) sits one past the last position: its rotary table
+    and the KV buffers hold one position more. Sampled steps draft less, so they reach it with one token."""
     engine = Engine.load(demo_bundle)
     cap = engine.plan.max_context
-    assert cap == engine.manifest.target.max_context and engine.manifest.target.batch_invariant_rows == 2
+    t = engine.manifest.target
+    assert cap == t.max_context and t.batch_invariant_rows == 1 and t.pad_rows == 1
     ids = engine.tokenizer.encode("x = 1\n" * cap).ids[:cap - 40]
     for seed in (0, 1, None, "greedy"):
         sampling = {"temperature": 0.0} if seed == "greedy" else {"temperature": 1.0, "seed": seed}

@@ -52,7 +52,8 @@ class Decoder:
         self.io = self.session.io_binding()
         self.kv = {}
         for name in self.past_names:
-            buf = np.zeros((1, kv_heads, max_context, head), dtype=self.kv_dtype)  # [1, kv_heads, max_ctx, head]
+            # [1, kv_heads, max_ctx + 1, head]: + 1 for the row a padded graph appends (export/invariance.py)
+            buf = np.zeros((1, kv_heads, max_context + 1, head), dtype=self.kv_dtype)
             value = ort.OrtValue.ortvalue_from_numpy(buf)
             self.kv[name] = (buf, value)
             self.io.bind_ortvalue_input(name, value)

@@ -83,10 +83,10 @@ class Engine:
         d_device = resolve(drafter_device or device, strict, "drafter")
         t_dev, d_dev = t_device.name, d_device.name
         manifest, tokenizer, plan = _prepare(root, config, prompt, max_new_tokens)
-        # Speculating: pad 1-token target passes to the graph's batch-invariant size, so a verify
-        # pass computes each row exactly as a plain step does (greedy SD == greedy AR, bit for bit).
-        min_rows = max(manifest.target.batch_invariant_rows or 1, MIN_ROWS.get(t_device.kind, 1)) \
-            if plan.mode != "ar" else 1
+        # One pass-shape rule for every mode (plain, speculative, no drafter): a graph that pads itself needs none
+        # (batch_invariant_rows 1); older bundles (2) and some devices (MIN_ROWS) pad here, in every mode alike,
+        # so that greedy speculative output equals what the bundle writes with no drafter loaded.
+        min_rows = max(manifest.target.batch_invariant_rows or 1, MIN_ROWS.get(t_device.kind, 1))
         # One mapping of the weights both graphs read (the embedding), given to both sessions. Always, as at
         # export, where the target's load_bytes are measured with it and the drafter's beside the target.
         shared = shared_initializers(root, manifest) if t_dev == "cpu" and d_dev == "cpu" else {}

@@ -31,13 +31,14 @@ class ModelSession:
     advances the cursor by ``len(tokens)`` and returns a *view* ``[len(tokens), vocab]`` of the
     preallocated logits buffer (valid until the next call).
 
-    ``min_rows`` > 1 pads shorter passes to that many rows (copies of the last token, whose
-    keys/values land in scratch rows and are never committed). Why: ONNX Runtime's CPU
-    attention takes a different GEMM kernel for a single query row (MLAS's M=1 kernel in
-    probs x V) than for several, so a 1-token step rounds differently from the same row inside
-    a k-token verify pass; with every pass at least 2 rows, each row is computed exactly as in
-    any other pass (measured bit for bit at export: ``ModelSpec.batch_invariant_rows``), and
-    greedy speculative output equals greedy plain decoding token for token.
+    A target graph edge-spec exported runs a 1-token pass as 2 rows itself (``spec.pad_rows``;
+    export/invariance.py), so a 1-token step computes its row exactly as any k-token verify pass does,
+    bit for bit; its KV buffers keep ``pad_rows`` scratch positions for the extra row's keys/values.
+    ``min_rows`` > 1 pads shorter passes here instead (copies of the last token, never committed): for
+    bundles exported before graphs padded themselves (their manifests say ``batch_invariant_rows`` 2)
+    and for devices whose kernels need more rows (providers.MIN_ROWS). Either way every pass — plain,
+    speculative, no drafter loaded — has the same shape rule, so greedy speculative output equals greedy
+    plain decoding token for token.
     """
 
     def __init__(self, graph: str | Path, spec: ModelSpec, *, providers: Sequence | None = None,
@@ -51,7 +52,10 @@ class ModelSession:
         kind = self.device.split(":", 1)[0]
         self.max_rows = max_rows
         self.min_rows = max(1, min_rows)
-        pad = self.min_rows - 1
+        pad = max(self.min_rows - 1, spec.pad_rows)  # scratch KV positions past the capacity
+        # a pass of fewer rows costs what a pass of this many does (padded here, or by the graph itself): lookup
+        # guesses may fill the rows for free
+        self.free_rows = max(self.min_rows, 1 + spec.pad_rows)
         dtype = _DTYPES.get(spec.quantization.io_dtype)
         kv_dtype = _DTYPES.get(spec.quantization.kv_cache_dtype)
         if dtype is None or kv_dtype is None:

@@ -15,8 +15,8 @@ and the drafter drafts otherwise. Where the context has no match, a bundle's sta
 lookup draft instead. Lookup drafts are deterministic (q is one-hot), cost nothing
 to make, and go through the same verify rule, so every output guarantee holds whatever the source.
 
-A step that drafted nothing still pays for two rows when the target pads its passes to a
-batch-invariant size (``ModelSession.min_rows``): the padding row is computed and thrown away.
+A step that drafted nothing still pays for two rows: the target graph runs a 1-token pass as two
+(``ModelSession.free_rows``; export/invariance.py), and the second row is computed and thrown away.
 Where lookup drafting is on, the best free guess for the next token (:meth:`Decoder.draft_guess`:
 a repeat in the context, the n-gram table, the table's unfiltered guess for the last token) takes
 its place as a one-token draft — free, so any acceptance is gain. The draft-length policies never
@@ -248,10 +248,10 @@ class Decoder:
 
     def draft_guess(self) -> int:
         """After a step's drafting made no draft: a one-token draft for the target pass's padding row, when it has
-        one (pending tokens + 1 <= the target's ``min_rows``) and lookup drafting is on. The best free guess: an
+        one (pending tokens + 1 <= the target's ``free_rows``) and lookup drafting is on. The best free guess: an
         earlier occurrence of the context's last 2-3 tokens, else the n-gram table's, else the table's unfiltered
         ``guess`` for the last token, else an earlier occurrence of the last token. Returns 1, or 0 (none)."""
-        if not self.lookup or self.n == 0 or self.n - self.target.length + 1 > getattr(self.target, "min_rows", 1):
+        if not self.lookup or self.n == 0 or self.n - self.target.length + 1 > getattr(self.target, "free_rows", 1):
             return 0
         got, table = lookup_draft(self.tok, self.n, 1, ngram_min=2), False
         if not len(got) and self.table is not None:
