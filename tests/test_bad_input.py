@@ -232,5 +232,5 @@ def test_readme_states_suite_time_fast_subset_and_the_clis_export_time():
 
     from edge_spec import demo
 
-    assert f"({demo.EXPORT_TIME}" in readme and "{EXPORT_TIME}" in inspect.getsource(demo.demo_bundle)
+    assert f"({demo.EXPORT_TIME}" in readme and "{pair.export_time}" in inspect.getsource(demo.pair_bundle)
     assert "1 to 1.5 minutes on 2" in cli("export", "--help").stdout.decode().replace("\n", " ")  # the toy pair

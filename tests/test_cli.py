@@ -122,7 +122,11 @@ def test_chat_without_bundle_reuses_cached_demo(capsys, monkeypatch, tmp_path: P
 
 
 def test_chat_without_demo_models_says_how_to_get_them(capsys, monkeypatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(demo, "DEMO_DRAFTER", tmp_path / "models" / "smollm2-drafter")
+    from dataclasses import replace
+
+    from edge_spec.pairs import PAIRS
+
+    monkeypatch.setitem(PAIRS, "demo", replace(PAIRS["demo"], drafter=tmp_path / "models" / "smollm2-drafter"))
     rc, _, err = _chat(capsys, monkeypatch, [], "")
     _one_sentence(err, rc, "demo drafter is not in", "edge-spec distill", "edge-spec chat BUNDLE")
 

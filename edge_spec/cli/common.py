@@ -96,11 +96,13 @@ def device(text: str) -> str:
     return text
 
 
-BUNDLE_HELP = "bundle directory, or 'demo' for the demo pair (exported once on first use)"
+BUNDLE_HELP = ("bundle directory, or a named pair, fetched and exported once on first use: 'demo' (SmolLM2-135M, "
+               "94 MiB) or 'coder' (Qwen2.5-Coder 1.5B + 0.5B, 1.5 GiB; docs/pairs.md)")
 
 
 def bundle_path(name: str) -> Path:
-    """The bundle directory for a BUNDLE argument; 'demo' exports the demo pair on first use, with progress."""
+    """The bundle directory for a BUNDLE argument; a pair's name ('demo', 'coder') exports it on first use, with
+    progress."""
     from edge_spec.demo import resolve_bundle
 
     err = Console(sys.stderr)

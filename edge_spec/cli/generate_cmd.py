@@ -17,6 +17,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "object instead: text, finish reason, token ids, generation stats and the memory plan.",
         examples="""
   edge-spec generate demo --prompt 'def fibonacci(n):'          # the demo pair, exported on first use
+  edge-spec generate coder --chat --prompt 'Write a Python palindrome check.'   # the coder pair
   edge-spec generate bundles/qwen --prompt 'def fibonacci(n):'
   edge-spec generate bundles/qwen --chat --prompt 'Write a haiku about RAM.' --temperature 0.7 --seed 3
   echo 'import numpy as np' | edge-spec generate bundles/qwen --json --max-new-tokens 32 | jq .stats

@@ -23,6 +23,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "execution provider takes and which fall back to the CPU provider.",
         examples="""
   edge-spec inspect demo                                  # the demo pair, exported on first use
+  edge-spec inspect coder                                 # the coder pair (docs/pairs.md)
   edge-spec inspect bundles/qwen
   edge-spec inspect bundles/qwen --memory-budget 300MB
   edge-spec inspect bundles/qwen --memory-budget 1GiB --json | jq .plan.items

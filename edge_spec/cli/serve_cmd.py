@@ -47,8 +47,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="allow browser pages from ORIGIN (e.g. http://localhost:3000) to call the API; repeatable "
                         "(default: no CORS headers)")
     g.add_argument("--model-name", metavar="NAME",
-                   help="the model id clients send and /v1/models lists (default: 'demo', or the bundle's directory "
-                        "name)")
+                   help="the model id clients send and /v1/models lists (default: the pair's name, 'demo' or "
+                        "'coder', or the bundle's directory name)")
     g.add_argument("--quiet", action="store_true", help="no line per request (warnings and errors only)")
     p.add_argument("--max-context", type=common.positive_int, metavar="N",
                    help="tokens a conversation may hold (default: the bundle's, or what the memory budget allows); "
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         bundle = demo.resolve_bundle(name, progress=lambda msg: err.line(err.dim(f"edge-spec: {msg}")))
         engine = common.load_engine(args, bundle)
         names = (args.model_name,) if args.model_name else ()
-        names += (demo.DEMO_NAME,) if str(name) == demo.DEMO_NAME and bundle != Path(name) else ()
+        names += (str(name),) if str(name) in demo.PAIR_NAMES and bundle != Path(name) else ()
         names += (Path(bundle).resolve().name,)
         config = ServeConfig(model_names=tuple(dict.fromkeys(names)), api_key=args.api_key, queue_size=args.queue,
                              cors_origins=tuple(args.cors_origin))
