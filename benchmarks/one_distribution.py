@@ -10,8 +10,9 @@ the KV it returns fed back) — all three must write the same tokens.
 
 Speed (``--against OLD_BUNDLE``): the same prompts through this bundle and an older export of the same model
 (before graphs padded themselves), speculative and with no drafter, the four engines alternating prompt by prompt
-(order reversed every other prompt); the old bundle's drafter-less engine runs unpadded 1-token steps as edge-spec
-did before (its speculative engine padded them to 2 rows). Tokens/s over whole requests, new / old.
+(order reversed every other prompt; thread pools do not spin, since four spinning pools in one process slow each
+other down); the old bundle's drafter-less engine runs unpadded 1-token steps as edge-spec did before (its
+speculative engine padded them to 2 rows). Tokens/s over whole requests, new / old.
 
 Sampled (``--sampled N``): for each cell (context x temperature / top-p) N draws of the first two tokens from the
 speculative engine and N from the drafter-less one (seeds disjoint), each against the exact joint probabilities
@@ -192,8 +193,9 @@ def sampled_cell(spec_engine: Engine, plain_engine: Engine, ort_run: PlainORT, t
 def speed_against(bundle: str, old: str, prompts: list[str], tokens: int, threads: int) -> dict:
     engines = {}
     for name, b in (("new", bundle), ("old", old)):
-        engines[f"{name} speculative"] = Engine.load(b, threads=threads, max_context=1024)
-        plain = engines[f"{name} no drafter"] = Engine.load(b, threads=threads, max_context=1024, drafting="none")
+        engines[f"{name} speculative"] = Engine.load(b, threads=threads, spin=False, max_context=1024)
+        plain = engines[f"{name} no drafter"] = Engine.load(b, threads=threads, spin=False, max_context=1024,
+                                                            drafting="none")
         if name == "old":
             plain.target.min_rows = plain.target.free_rows = 1  # as edge-spec ran it: no padding without a drafter
     tokens_made = dict.fromkeys(engines, 0)

@@ -105,3 +105,13 @@ def smollm2_bundle_for(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFact
 
     yield get
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def local_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder pip takes as its only package index (fake wheels for the fetch tests; no network)."""
+    index = tmp_path / "index"
+    index.mkdir()
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    return index

