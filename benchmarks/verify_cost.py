@@ -6,9 +6,10 @@
 One pass of k new tokens after ``--past`` cached positions through the bundle's target graph (drafting off, the
 runtime's own forward with its IO binding, and no runtime padding: a pass has exactly k rows, so a graph that pads
 itself, export/invariance.py, shows what that costs), all row counts — and all bundles, when several are given —
-interleaved so load on a shared machine hits them alike; min and median over the repeats, and each median against
-the first bundle's 1-row pass. ``--profile`` also runs ONNX Runtime's
-profiler and sums node time per op type (and per MatMulNBits kind) for each row count (profiling inflates times).
+interleaved so load on a shared machine hits them alike (with several bundles their thread pools do not
+spin); min and median over the repeats, and each median against the first bundle's 1-row pass. ``--profile``
+also runs ONNX Runtime's profiler and sums node time per op type (and per MatMulNBits kind) for each row count
+(profiling inflates times).
 For llama.cpp's equivalent: ``llama-bench -m FILE.gguf -t T -p 1,2,3,5,8 -n 0 -d 150`` (prompt batches of k tokens).
 """
 
@@ -76,7 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     warm = 3
     if args.profile:
         session_mod.session_options = _profiled_options(str(Path(tempfile.gettempdir()) / "verify_cost"))
-    engines = [Engine.load(b, threads=args.threads, drafting="none", max_context=4096) for b in args.bundle]
+    # several bundles in one process: their thread pools must not spin (a pool spinning after its pass slows the next
+    # bundle's pass; measured: 1-row passes at 2 threads 1.5x their cost alone)
+    spin = None if len(args.bundle) == 1 else False
+    engines = [Engine.load(b, threads=args.threads, spin=spin, drafting="none", max_context=4096) for b in args.bundle]
     for e in engines:
         e.target.min_rows = 1  # the graph's own cost: no runtime padding of old (batch_invariant_rows 2) bundles
     keys = [(b, r) for b in range(len(engines)) for r in args.rows]

@@ -99,11 +99,16 @@ def finish(w: gguf.GGUFWriter) -> None:
 
 
 def assert_greedy_sd_equals_ar(engine, max_new_tokens: int) -> None:
-    """Greedy speculative (draft length 3) == greedy AR of the same engine on three prompts, with drafts made."""
+    """Greedy speculative (draft length 3) == greedy decoding of the same bundle loaded with no drafter, on three
+    prompts, with drafts made."""
+    from edge_spec.runtime.engine import Engine
+
+    plain = Engine.load(engine.bundle_dir, drafting="none", max_context=engine.plan.max_context)
+    assert plain.drafter is None
     cfg = {"max_new_tokens": max_new_tokens, "stop_token_ids": ()}
     drafted = 0
     for prompt in ("hello world", "def hello():\n", "what is the capital"):
-        ar = engine.generate(prompt, cfg, speculative=False).token_ids
+        ar = plain.generate(prompt, cfg).token_ids
         sd = engine.generate(prompt, cfg, draft_length=3)
         drafted += sd.stats.drafted
         assert sd.token_ids == ar, prompt

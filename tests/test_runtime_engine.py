@@ -159,6 +159,50 @@ def test_sampled_speculative_first_token_is_distributed_as_p(engine, bundle):
     assert _chi2(counts, p) > 1e-3
 
 
+def test_sampled_speculative_and_drafter_less_engines_draw_from_one_distribution(engine, bundle):
+    """The first two tokens at T=0.7 / top-p 0.9: 400 seeded draws from the speculative engine and 400 (other seeds)
+    from the bundle loaded with no drafter, each against the joint p of plain ONNX Runtime's 1-token passes, and
+    against each other (chi-square test of homogeneity on the same pooled bins)."""
+    from scipy.stats import chi2_contingency
+
+    from benchmarks.one_distribution import PlainORT, _bins
+
+    plain = Engine.load(bundle, drafting="none", max_context=256)
+    cfg = SamplingConfig(0.7, top_p=0.9)
+    ids = engine.tokenizer.encode("Once upon a time there was").ids
+    m = engine.manifest
+    ort_run = PlainORT(bundle / m.target.graph, m.target)
+    p1 = probs(ort_run.logits(ids, [])[:1].astype(np.float64), cfg)[0]
+    firsts = [int(a) for a in np.argsort(-p1)[:50] if p1[a] > 0]
+    vocab = len(p1)
+    joint = np.concatenate([p1[a] * probs(ort_run.logits(ids, [a])[1:].astype(np.float64), cfg)[0] for a in firsts])
+    p_all = np.append(joint, max(1.0 - joint.sum(), 0.0))
+    where = {a: i * vocab for i, a in enumerate(firsts)}
+    n = 400
+    bins = _bins(p_all, n)
+    k = bins.max() + 1
+    observed = []
+    for eng, base in ((engine, 0), (plain, 10_000)):
+        c = np.zeros(len(p_all))
+        for seed in range(base, base + n):
+            a, b = eng.generate(ids, {"stop_token_ids": ()}, max_new_tokens=2, temperature=0.7, top_p=0.9,
+                                seed=seed).token_ids[:2]
+            c[where[a] + b if a in where else -1] += 1
+        assert c[p_all == 0].sum() == 0
+        obs = np.bincount(bins[bins >= 0], weights=c[bins >= 0], minlength=k)
+        exp = np.bincount(bins[bins >= 0], weights=p_all[bins >= 0], minlength=k)
+        assert _chi2_binned(obs, exp) > 1e-3
+        observed.append(obs)
+    table = np.vstack(observed)
+    assert chi2_contingency(table[:, table.sum(0) > 0])[1] > 1e-3
+
+
+def _chi2_binned(obs: np.ndarray, exp: np.ndarray) -> float:
+    from scipy.stats import chisquare
+
+    return chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
+
+
 def test_kv_after_rewind_matches_fresh_run(engine, bundle):
     r = engine.generate("The cat sat on", max_new_tokens=40, temperature=1.0, seed=3, draft_length=4,
                         config={"stop_token_ids": ()})

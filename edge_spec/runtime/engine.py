@@ -54,6 +54,7 @@ class Engine:
         self.last_stats = Stats()
         self._owner: object | None = None
         self._bytes = byte_table(tokenizer)  # token id -> bytes for O(1) streaming detokenization
+        self.bundle_dir: Path | None = None  # the bundle directory load() read (None: sessions handed in directly)
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -118,7 +119,9 @@ class Engine:
                                             and config.drafting == "auto"):
             n = manifest.ngrams
             table = NgramTable.load(root / n.file, n.min_n, n.max_n, manifest.target.vocab_size)
-        return cls(manifest, tokenizer, plan, target, drafter, id_map, config, devices, table)
+        engine = cls(manifest, tokenizer, plan, target, drafter, id_map, config, devices, table)
+        engine.bundle_dir = root
+        return engine
 
     @staticmethod
     def plan(bundle: str | os.PathLike[str], memory_budget: str | int | None = None, *,
