@@ -100,14 +100,15 @@ def pad_rows(graph: Path) -> bool:
         n.output[list(n.output).index(name)] = full
         back.append(helper.make_node("Slice", [full, zero, rows, axis1], [name], name=f"{_PADDED}{name}/Slice"))
 
+    extended: set[str] = set()
     for n in g.node:  # rotary tables: the extra row may sit one position past the graph's last
         if n.op_type == "GroupQueryAttention":
             for j in (7, 8):
-                if j < len(n.input) and n.input[j] in inits and n.input[j] not in renamed:
+                if j < len(n.input) and n.input[j] in inits and n.input[j] not in extended:
                     t = inits[n.input[j]]
                     arr = numpy_helper.to_array(t, base_dir=str(graph.parent))
                     t.CopyFrom(numpy_helper.from_array(np.concatenate([arr, arr[-PAD_ROWS:]]), t.name))
-                    renamed[t.name] = t.name
+                    extended.add(t.name)
     nodes = front + [x for n in g.node for x in ((before[n.name], n) if n.name in before else (n,))]
     del g.node[:]
     g.node.extend(nodes + back)
