@@ -150,6 +150,22 @@ def _bins(p: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+def exact_joint(ort_run: PlainORT, ids: list[int], cfg: SamplingConfig, max_first: int = 400):
+    """The exact joint p(x1, x2) of the first two tokens after ``ids``, from 1-token passes of plain ONNX Runtime:
+    every x2 after each of the (at most ``max_first``) x1 with p(x1) >= 1e-5 — a set fixed before any draw — and the
+    rest of the mass as one last outcome. Returns (p [n_first * vocab + 1], index(x1, x2) -> outcome, n_first)."""
+    p1 = probs(ort_run.logits(ids, [])[:1].astype(np.float64), cfg)[0]
+    firsts = [int(a) for a in np.argsort(-p1)[:max_first] if p1[a] >= 1e-5]
+    vocab = len(p1)
+    joint = np.concatenate([p1[a] * probs(ort_run.logits(ids, [a])[1:].astype(np.float64), cfg)[0] for a in firsts])
+    where = {a: i * vocab for i, a in enumerate(firsts)}
+
+    def index(a: int, b: int) -> int:
+        return where[a] + b if a in where else len(joint)
+
+    return np.append(joint, max(1.0 - joint.sum(), 0.0)), index, len(firsts)
+
+
 def sampled_cell(spec_engine: Engine, plain_engine: Engine, ort_run: PlainORT, text: str, t: float, top_p: float,
                  n: int) -> dict:
     from scipy.stats import chi2_contingency, chisquare
@@ -165,22 +181,15 @@ def sampled_cell(spec_engine: Engine, plain_engine: Engine, ort_run: PlainORT, t
             r = eng.generate(ids, cfg_gen, max_new_tokens=2, temperature=t, top_p=top_p, seed=seed)
             pairs.append(tuple(r.token_ids[:2]))
         draws[name] = pairs
-    # exact joint p(x1, x2) from 1-token passes of plain ONNX Runtime: every x2 after each x1 with p(x1) >= 1e-5 (a
-    # set fixed before looking at the draws); the rest of the mass is one outcome, where draws of other x1 go
-    p1 = probs(ort_run.logits(ids, [])[:1].astype(np.float64), cfg)[0]
-    firsts = [int(a) for a in np.argsort(-p1)[:400] if p1[a] >= 1e-5]  # at most 400: bounded memory at T=1
-    vocab = len(p1)
-    joint = np.concatenate([p1[a] * probs(ort_run.logits(ids, [a])[1:].astype(np.float64), cfg)[0] for a in firsts])
-    p_all = np.append(joint, max(1.0 - joint.sum(), 0.0))  # [len(firsts) * vocab + 1]
-    where = {a: i * vocab for i, a in enumerate(firsts)}
+    p_all, index, firsts = exact_joint(ort_run, ids, cfg)
     bins = _bins(p_all, n)
-    out: dict = {"draws": n, "temperature": t, "top_p": top_p, "first_tokens": len(firsts),
+    out: dict = {"draws": n, "temperature": t, "top_p": top_p, "first_tokens": firsts,
                  "distinct_outcomes": len({x for d in draws.values() for x in d})}
     counts = {}
     for name, d in draws.items():
         c = np.zeros(len(p_all))
         for a, b in d:
-            c[where[a] + b if a in where else -1] += 1
+            c[index(a, b)] += 1
         if (c[p_all == 0] > 0).any():
             out[f"{name}_impossible_draws"] = int(c[p_all == 0].sum())
         k = bins.max() + 1

@@ -165,19 +165,13 @@ def test_sampled_speculative_and_drafter_less_engines_draw_from_one_distribution
     against each other (chi-square test of homogeneity on the same pooled bins)."""
     from scipy.stats import chi2_contingency
 
-    from benchmarks.one_distribution import PlainORT, _bins
+    from benchmarks.one_distribution import PlainORT, _bins, exact_joint
 
     plain = Engine.load(bundle, drafting="none", max_context=256)
     cfg = SamplingConfig(0.7, top_p=0.9)
     ids = engine.tokenizer.encode("Once upon a time there was").ids
     m = engine.manifest
-    ort_run = PlainORT(bundle / m.target.graph, m.target)
-    p1 = probs(ort_run.logits(ids, [])[:1].astype(np.float64), cfg)[0]
-    firsts = [int(a) for a in np.argsort(-p1)[:50] if p1[a] > 0]
-    vocab = len(p1)
-    joint = np.concatenate([p1[a] * probs(ort_run.logits(ids, [a])[1:].astype(np.float64), cfg)[0] for a in firsts])
-    p_all = np.append(joint, max(1.0 - joint.sum(), 0.0))
-    where = {a: i * vocab for i, a in enumerate(firsts)}
+    p_all, index, _ = exact_joint(PlainORT(bundle / m.target.graph, m.target), ids, cfg, max_first=50)
     n = 400
     bins = _bins(p_all, n)
     k = bins.max() + 1
@@ -187,7 +181,7 @@ def test_sampled_speculative_and_drafter_less_engines_draw_from_one_distribution
         for seed in range(base, base + n):
             a, b = eng.generate(ids, {"stop_token_ids": ()}, max_new_tokens=2, temperature=0.7, top_p=0.9,
                                 seed=seed).token_ids[:2]
-            c[where[a] + b if a in where else -1] += 1
+            c[index(a, b)] += 1
         assert c[p_all == 0].sum() == 0
         obs = np.bincount(bins[bins >= 0], weights=c[bins >= 0], minlength=k)
         exp = np.bincount(bins[bins >= 0], weights=p_all[bins >= 0], minlength=k)
