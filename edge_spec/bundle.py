@@ -82,7 +82,7 @@ class ModelSpec:
     # (measured at export, edge_spec/export/invariance.py): 1 = any pass, a 1-token step included. Bundles
     # before version 9 say 2 and the runtime pads shorter passes to it. None: not batch-invariant.
     batch_invariant_rows: int | None = None
-    # Rows the graph itself appends to every pass (copies of the last token, dropped before the output;
+    # Rows the graph itself appends to a 1-token pass (copies of its token, dropped before the output;
     # export/invariance.py): what makes a 1-token step the first row of a 2-row pass. Their keys/values
     # land past the pass, so the KV buffers hold this many scratch positions beyond max_context.
     pad_rows: int = 0

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from edge_spec.export.invariance import PAD_ROWS
 from edge_spec.runtime.memory import current_rss, drop_mapped_pages, peak_rss
 from edge_spec.runtime.options import session_options
 
@@ -52,8 +53,8 @@ class Decoder:
         self.io = self.session.io_binding()
         self.kv = {}
         for name in self.past_names:
-            # [1, kv_heads, max_ctx + 1, head]: + 1 for the row a padded graph appends (export/invariance.py)
-            buf = np.zeros((1, kv_heads, max_context + 1, head), dtype=self.kv_dtype)
+            # [1, kv_heads, max_ctx + PAD_ROWS, head]: the rows a padded graph appends (export/invariance.py)
+            buf = np.zeros((1, kv_heads, max_context + PAD_ROWS, head), dtype=self.kv_dtype)
             value = ort.OrtValue.ortvalue_from_numpy(buf)
             self.kv[name] = (buf, value)
             self.io.bind_ortvalue_input(name, value)

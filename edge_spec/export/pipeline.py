@@ -279,7 +279,7 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint |
     # mapped once and given to both sessions by the runtime; measured the same way
     shared_inits = own_build.shared_initializers(tmp) if shared else []
 
-    # every pass of the target runs one row more, so a 1-token step is computed as any verify pass computes it
+    # a 1-token pass of the target runs as 2 rows, so a 1-token step is computed as any verify pass computes it
     invariance.pad_rows(tmp / "target" / "model.onnx")
     specs = {}
     for role, ckpt, q in roles:
