@@ -115,7 +115,8 @@ def assert_greedy_sd_equals_ar(engine, max_new_tokens: int) -> None:
     assert drafted > 0
 
 
-def write_tiny_gguf(path: Path, arch: str, layers: int, seed: int, embed_seed: int = 0) -> Path:
+def write_tiny_gguf(path: Path, arch: str, layers: int, seed: int, embed_seed: int = 0, embed_type: Q = Q.Q8_0,
+                    head_type: Q | None = None) -> Path:
     """A random ``arch`` (llama | qwen2 | qwen3) decoder as GGUF: tied Q8_0 embedding, Q4_0/Q4_1/Q8_0 linear layers."""
     tokens, merges = _vocab()
     vocab = len(tokens)
@@ -138,7 +139,10 @@ def write_tiny_gguf(path: Path, arch: str, layers: int, seed: int, embed_seed: i
         w.add_tensor(name, gguf.quants.quantize(m, qtype), raw_dtype=qtype)
 
     emb = np.random.default_rng(embed_seed).normal(0, 0.5, (vocab, HIDDEN)).astype(np.float32)
-    w.add_tensor("token_embd.weight", gguf.quants.quantize(emb, Q.Q8_0), raw_dtype=Q.Q8_0)
+    w.add_tensor("token_embd.weight", gguf.quants.quantize(emb, embed_type), raw_dtype=embed_type)
+    if head_type is not None:  # an untied LM head (Qwen2.5-Coder-1.5B: Q4_K embedding, Q6_K output)
+        out = rng.normal(0, 0.5, (vocab, HIDDEN)).astype(np.float32)
+        w.add_tensor("output.weight", gguf.quants.quantize(out, head_type), raw_dtype=head_type)
     w.add_tensor("output_norm.weight", (1 + 0.1 * rng.standard_normal(HIDDEN)).astype(np.float32))
     # llama: q/k/v of three different types (separate MatMulNBits); qwen2: one type (fused qkv + bias)
     qkv = (Q.Q4_0, Q.Q4_1, Q.Q8_0) if arch == "llama" else (Q.Q4_1, Q.Q4_1, Q.Q4_1)
@@ -349,3 +353,27 @@ def test_builder_keeps_the_lm_head_at_int8(tmp_path: Path) -> None:
     bits = {n.name: next(a.i for a in n.attribute if a.name == "bits") for n in nodes if n.op_type == "MatMulNBits"}
     head = next(n.name for n in nodes if "logits" in n.output)
     assert bits.pop(head) == 8 and set(bits.values()) == {4}
+
+
+@pytest.mark.slow
+def test_float_offset_embedding_keeps_its_blocks(tmp_path: Path) -> None:
+    """An untied Q4_1 embedding (float offsets, as Q4_K's) is gathered from the file's own codes and decoded in
+    the graph: exact, a quarter of float32's bytes, and the logits still transformers' on the same file."""
+    target = write_tiny_gguf(tmp_path / "t.gguf", "llama", 2, seed=1, embed_type=Q.Q4_1, head_type=Q.Q8_0)
+    out = tmp_path / "bundle"
+    opts = ExportOptions(trim_vocab=None, max_context=64, measure_memory=False, gguf_mode="split",
+                         target_quant=Quant("int4", 1), kv_dtype="float32")  # the reference configuration
+    m = export_bundle(str(target), None, out, opts, progress=None)
+    rows = {t["name"]: t for t in m.target.tensors}
+    emb = rows["token_embd.weight"]
+    assert (emb["gguf_type"], emb["onnx_op"], emb["bits"], emb["exact"]) == (
+        "Q4_1", "Gather+decode (the file's codes and offsets)", 4, True)
+    vocab = m.target.vocab_size
+    assert emb["bytes"] == vocab * HIDDEN // 2 + 2 * 4 * vocab * HIDDEN // 32  # codes + fp32 scales and offsets
+    assert (out / "target/embed.data").stat().st_size == emb["bytes"]
+    assert rows["output.weight (LM head)"]["exact"]
+    ids = [1, 60, 61, 300, 5, 100, 250, 2, 7, 9, 11, 40]
+    ours = Decoder(out / m.target.graph, 64, m.target.head_size).forward(ids, 0)
+    ref = _hf_logits(target, ids)
+    np.testing.assert_allclose(ours, ref, atol=2e-4 * max(1.0, np.abs(ref).max()), rtol=0)
+    assert (ours.argmax(-1) == ref.argmax(-1)).all()

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from edge_spec.export import gguf_quant
 from edge_spec.export.weights import Weight, concat_rows, is_quant, is_split
 
 
@@ -114,6 +115,14 @@ class _G:
             self.inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
         return name
 
+    def add(self, inits: list[Any], nodes: list[Any]) -> None:
+        """Initializers (TensorProto) and nodes made elsewhere, e.g. by :func:`gguf_quant.gather_onnx`."""
+        for t in inits:
+            if t.name not in self._names:
+                self._names.add(t.name)
+                self.inits.append(t)
+        self.nodes.extend(nodes)
+
     def node(self, op: str, inputs: list[str], name: str, n_out: int = 1, domain: str = "", outputs=None,
              **attrs: Any) -> list[str]:
         from onnx import helper
@@ -160,6 +169,10 @@ def _linear(g: _G, x: str, w: Weight, name: str, level: int) -> str:
 
 def _embedding(g: _G, dec: Decoder) -> str:
     e = dec.embed
+    if getattr(e, "op", None) == "GatherDecode":  # float-offset blocks (Q4_K, Q4_1, ...): fp32(q * s) - t in graph
+        inits, nodes = gguf_quant.gather_onnx(e, "embed", "input_ids", "/embed/output_0")
+        g.add(inits, nodes)
+        return "/embed/output_0"
     if getattr(e, "op", None) == "GatherBlockQuantized":  # gguf_quant.GatherWeight, integer zero points
         ins = ["embed.qdata", "input_ids", "embed.scales"]
         g.init("embed.qdata", e.packed)  # [V, K * bits / 8] uint8

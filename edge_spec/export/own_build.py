@@ -169,7 +169,8 @@ def _f32(m: gguf_src.GGUFModel, name: str) -> np.ndarray:
 def _head_and_embedding(m: gguf_src.GGUFModel, report: list, kept: np.ndarray | None, policy: Policy
                         ) -> tuple[Any, Any]:
     """(embed, lm_head) from the GGUF: the head keeps its blocks; a tied 8-bit symmetric head is also the
-    embedding (one initializer); otherwise the embedding goes through GatherBlockQuantized or float32."""
+    embedding (one initializer); otherwise the embedding keeps its blocks too (GatherBlockQuantized for integer
+    offsets, a Gather + decode subgraph for float offsets such as Q4_K's), float32 only for float types."""
     emb_t = m.tensors["token_embd.weight"]
     head_name = "output.weight" if "output.weight" in m.tensors else "token_embd.weight"
     head_t = m.tensors[head_name]
@@ -182,7 +183,9 @@ def _head_and_embedding(m: gguf_src.GGUFModel, report: list, kept: np.ndarray | 
         g = gguf_quant.gather_from_gguf(emb_t)
         if hasattr(g, "op") and g.op == "GatherBlockQuantized":
             embed, op = g, "GatherBlockQuantized"
-        else:  # float-offset types: exact float32 values (bigger, but exact)
+        elif hasattr(g, "op") and g.exact:  # float-offset types: the file's codes, fp32(q * s) - t in the graph
+            embed, op = g, "Gather+decode (the file's codes and offsets)"
+        else:  # float types, or (never seen) offsets that would not come out exact: float32 values
             embed = g if isinstance(g, np.ndarray) else gguf_quant.dequantize(g)
             op = "Gather (float32)"
             if hasattr(g, "exact") and not g.exact:
