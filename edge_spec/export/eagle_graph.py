@@ -89,7 +89,7 @@ def build_eagle(w: EagleWeights, spec: GraphSpec, out_path: Path) -> Path:
     """Write the drafter graph ``out_path`` (+ external data; the embedding in its own shareable file)."""
     from onnx import TensorProto, helper
 
-    g = _G()
+    g = _G(out_path)
     seqlens, total = prologue(g, spec)
     eps = float(spec.rms_eps)
     lvl = spec.accuracy_level

@@ -98,21 +98,56 @@ def rope_caches(spec: GraphSpec) -> tuple[np.ndarray, np.ndarray]:
     return np.cos(freqs).astype(np.float32), np.sin(freqs).astype(np.float32)
 
 
-class _G:
-    """A small graph writer: nodes, initializers, unique names."""
+EMBED_DATA = "embed.data"  # the embedding's own external-data file (identical bytes in target and drafter)
+EXTERNAL_MIN_BYTES = 1024  # smaller initializers stay inside model.onnx
 
-    def __init__(self) -> None:
+
+class _G:
+    """A small graph writer for ``out_path``: nodes, initializers, unique names.
+
+    Initializers of 1 KiB or more are written to the graph's external-data files as they
+    are made (the embedding's ``embed.*`` to :data:`EMBED_DATA`, the rest to ``<out_path>.data``) and only
+    their places kept: the graph's weights are never held twice in memory."""
+
+    def __init__(self, out_path: Path) -> None:
         self.nodes: list[Any] = []
         self.inits: list[Any] = []
         self._names: set[str] = set()
         self.blocksums: dict[tuple[str, int], str] = {}  # (input, block) -> its block sums, shared by q/k/v etc.
+        self._files: dict[str, Any] = {}
+        self._dir, self._data = out_path.parent, out_path.name + ".data"
+        self._dir.mkdir(parents=True, exist_ok=True)
+        for f in (self._data, EMBED_DATA):
+            (self._dir / f).unlink(missing_ok=True)
+
+    def _external(self, t: Any) -> Any:
+        """``t`` (TensorProto) with its raw bytes appended to its external-data file, when large enough."""
+        from onnx.external_data_helper import set_external_data
+
+        if len(t.raw_data) < EXTERNAL_MIN_BYTES:
+            return t
+        loc = EMBED_DATA if t.name.startswith("embed.") else self._data
+        if loc not in self._files:
+            self._files[loc] = open(self._dir / loc, "wb")  # noqa: SIM115 - closed by close()
+        f = self._files[loc]
+        offset = f.tell()
+        f.write(t.raw_data)
+        set_external_data(t, loc, offset, len(t.raw_data))
+        t.ClearField("raw_data")
+        return t
+
+    def close(self) -> None:
+        """Flush and close the external-data files (after the last initializer)."""
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
 
     def init(self, name: str, arr: np.ndarray) -> str:
         from onnx import numpy_helper
 
         if name not in self._names:
             self._names.add(name)
-            self.inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+            self.inits.append(self._external(numpy_helper.from_array(np.ascontiguousarray(arr), name)))
         return name
 
     def add(self, inits: list[Any], nodes: list[Any]) -> None:
@@ -120,7 +155,7 @@ class _G:
         for t in inits:
             if t.name not in self._names:
                 self._names.add(t.name)
-                self.inits.append(t)
+                self.inits.append(self._external(t))
         self.nodes.extend(nodes)
 
     def node(self, op: str, inputs: list[str], name: str, n_out: int = 1, domain: str = "", outputs=None,
@@ -315,7 +350,6 @@ def _features(g: _G, streams: list[str]) -> str:
     return g.node("Cast", [cat], "/features/Cast", to=10, outputs=["hidden_states"])[0]
 
 
-EMBED_DATA = "embed.data"  # the embedding's own external-data file (identical bytes in target and drafter)
 
 
 def prologue(g: _G, spec: GraphSpec) -> tuple[str, str]:
@@ -345,7 +379,7 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
     built on the same embedding hold byte-identical files the exporter can store once."""
     from onnx import TensorProto, helper
 
-    g = _G()
+    g = _G(out_path)
     seqlens, total = prologue(g, spec)
     h = _embedding(g, dec)
     if spec.embed_scale is not None:  # Gemma: embeddings times sqrt(hidden), in fp32 as transformers and GGML
@@ -419,15 +453,7 @@ def save_graph(g: _G, spec: GraphSpec, n_layers: int, vocab_out: int, out_path: 
                               producer_name="edge-spec")
     model.ir_version = 10
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    from onnx.external_data_helper import convert_model_to_external_data, set_external_data
-
-    data = out_path.with_name(out_path.name + ".data")
-    for f in (data, out_path.with_name(EMBED_DATA)):
-        f.unlink(missing_ok=True)  # onnx appends to an existing external-data file
-    convert_model_to_external_data(model, all_tensors_to_one_file=True, location=data.name, size_threshold=1024)
-    for t in model.graph.initializer:
-        if t.name.startswith("embed.") and t.data_location == TensorProto.EXTERNAL:
-            set_external_data(t, location=EMBED_DATA)
+    g.close()  # every large initializer already sits in its external-data file
     onnx.save_model(model, str(out_path))
     mask = os.umask(0)
     os.umask(mask)

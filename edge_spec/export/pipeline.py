@@ -199,6 +199,14 @@ def _resolve(name: str, role: str, opts: ExportOptions, target: Source | None) -
     return build.resolve_checkpoint(name, role, opts.trust_remote_code)
 
 
+def _peak_rss_gib() -> float:
+    """The export process's peak resident set so far, GiB (Linux reports KiB, macOS bytes)."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1 << 30) if sys.platform == "darwin" else peak / (1 << 20)
+
+
 def _timed(say: Progress, stage: str, what: str):
     class _T:
         def __enter__(self):
@@ -208,7 +216,8 @@ def _timed(say: Progress, stage: str, what: str):
 
         def __exit__(self, *exc):
             if exc[0] is None:
-                say(f"[{stage}] {what} done in {time.perf_counter() - self.t:.1f}s")
+                say(f"[{stage}] {what} done in {time.perf_counter() - self.t:.1f}s (peak RSS so far "
+                    f"{_peak_rss_gib():.2f} GiB)")
 
     return _T()
 
