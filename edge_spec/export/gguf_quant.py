@@ -57,6 +57,7 @@ import numpy as np
 
 from edge_spec.errors import ExportError
 from edge_spec.export.gguf_blocks import Codes, codes, compare, reference
+from edge_spec.export.weights import by_rows
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,10 @@ def from_gguf(t: object, float_zero_points: bool = True) -> QuantWeight | np.nda
     the whole weight on every call): Q4_1/Q4_K/Q2_K then become 8-bit with integer zero points (fast at
     accuracy_level 4 only), their offsets rounded to s/32 (Q4_*) or s/128 (Q2_K).
     """
+    return by_rows(t, lambda piece: _from_gguf_piece(piece, float_zero_points))
+
+
+def _from_gguf_piece(t: object, float_zero_points: bool) -> QuantWeight | np.ndarray:
     c = codes(t)
     if isinstance(c, np.ndarray):
         return c
@@ -231,6 +236,10 @@ def from_gguf(t: object, float_zero_points: bool = True) -> QuantWeight | np.nda
 
 def gather_from_gguf(t: object) -> GatherWeight | np.ndarray:
     """A gguf ``ReaderTensor`` of an embedding [N tokens, K hidden] -> GatherWeight, or float32 [N, K]."""
+    return by_rows(t, _gather_piece)
+
+
+def _gather_piece(t: object) -> GatherWeight | np.ndarray:
     c = codes(t)
     if isinstance(c, np.ndarray):
         return c

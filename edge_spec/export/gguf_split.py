@@ -13,6 +13,7 @@ import numpy as np
 
 from edge_spec.export.gguf_blocks import Codes, codes, compare, reference
 from edge_spec.export.gguf_quant import QuantWeight, _pack_rows, dequantize, from_gguf
+from edge_spec.export.weights import by_rows
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,10 @@ def _split_codes(c: Codes, source_type: str) -> SplitWeight:
 def split_from_gguf(t: object) -> SplitWeight | QuantWeight | np.ndarray:
     """A gguf ``ReaderTensor`` of a linear weight [N, K] -> SplitWeight for float-offset types (Q4_1, Q4_K, Q2_K,
     Q5_1, Q5_K); integer-offset types come back as :func:`from_gguf` gives them, float types as float32 [N, K]."""
+    return by_rows(t, _split_piece)
+
+
+def _split_piece(t: object) -> SplitWeight | QuantWeight | np.ndarray:
     c = codes(t)
     if isinstance(c, np.ndarray) or c.t is None:
         return from_gguf(t)

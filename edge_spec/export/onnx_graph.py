@@ -103,32 +103,33 @@ EXTERNAL_MIN_BYTES = 1024  # smaller initializers stay inside model.onnx
 
 
 class _G:
-    """A small graph writer for ``out_path``: nodes, initializers, unique names.
+    """A small graph writer: nodes, initializers, unique names.
 
-    Initializers of 1 KiB or more are written to the graph's external-data files as they
-    are made (the embedding's ``embed.*`` to :data:`EMBED_DATA`, the rest to ``<out_path>.data``) and only
-    their places kept: the graph's weights are never held twice in memory."""
+    Given ``out_path`` (what :func:`save_graph` needs), initializers of 1 KiB or more are written to the graph's
+    external-data files as they are made (the embedding's ``embed.*`` to :data:`EMBED_DATA`, the rest to
+    ``<out_path>.data``) and only their places kept: the graph's weights are never held twice in memory."""
 
-    def __init__(self, out_path: Path) -> None:
+    def __init__(self, out_path: Path | None = None) -> None:
         self.nodes: list[Any] = []
         self.inits: list[Any] = []
         self._names: set[str] = set()
         self.blocksums: dict[tuple[str, int], str] = {}  # (input, block) -> its block sums, shared by q/k/v etc.
         self._files: dict[str, Any] = {}
-        self._dir, self._data = out_path.parent, out_path.name + ".data"
-        self._dir.mkdir(parents=True, exist_ok=True)
-        for f in (self._data, EMBED_DATA):
-            (self._dir / f).unlink(missing_ok=True)
+        self.out_path = out_path
+        if out_path is not None:
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+            for f in (out_path.name + ".data", EMBED_DATA):
+                (out_path.parent / f).unlink(missing_ok=True)
 
     def _external(self, t: Any) -> Any:
         """``t`` (TensorProto) with its raw bytes appended to its external-data file, when large enough."""
         from onnx.external_data_helper import set_external_data
 
-        if len(t.raw_data) < EXTERNAL_MIN_BYTES:
+        if self.out_path is None or len(t.raw_data) < EXTERNAL_MIN_BYTES:
             return t
-        loc = EMBED_DATA if t.name.startswith("embed.") else self._data
+        loc = EMBED_DATA if t.name.startswith("embed.") else self.out_path.name + ".data"
         if loc not in self._files:
-            self._files[loc] = open(self._dir / loc, "wb")  # noqa: SIM115 - closed by close()
+            self._files[loc] = open(self.out_path.parent / loc, "wb")  # noqa: SIM115 - closed by close()
         f = self._files[loc]
         offset = f.tell()
         f.write(t.raw_data)
@@ -453,6 +454,8 @@ def save_graph(g: _G, spec: GraphSpec, n_layers: int, vocab_out: int, out_path: 
                               producer_name="edge-spec")
     model.ir_version = 10
     out_path.parent.mkdir(parents=True, exist_ok=True)
+    if g.out_path != out_path:
+        raise ValueError(f"the graph was written for {g.out_path}, not {out_path}")
     g.close()  # every large initializer already sits in its external-data file
     onnx.save_model(model, str(out_path))
     mask = os.umask(0)

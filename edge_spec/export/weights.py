@@ -8,6 +8,7 @@ and stacking output rows never touches a quantized block (blocks run along K), s
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -74,3 +75,33 @@ def concat_rows(ws: list[Weight]) -> Weight | None:
                                scales=np.concatenate([w.scales.reshape(-1) for w in ws]), zero_points=zp,
                                exact=all(w.exact for w in ws), max_abs_err=max(w.max_abs_err for w in ws),
                                source_type="+".join(sorted({w.source_type for w in ws})))
+
+
+ROWS_PER_PIECE = 4096  # rows of a GGUF tensor decoded, encoded and checked at a time
+
+
+class _Rows:
+    """Rows ``a:b`` of a gguf ``ReaderTensor``: what the block decoders read (name, tensor_type, data)."""
+
+    def __init__(self, t: Any, a: int, b: int) -> None:
+        self.name, self.tensor_type, self.data = t.name, t.tensor_type, np.asarray(t.data)[a:b]
+
+
+def by_rows(t: Any, convert: Callable[[Any], Weight], rows: int = ROWS_PER_PIECE) -> Weight:
+    """``convert(t)`` computed on pieces of ``rows`` output rows and stacked: the same weight (every encoding
+    works within a row's blocks), with the float32 temporaries of decoding and checking bounded by one piece
+    (the 151,936-row embedding of a 1.5B model would otherwise pass through several GiB of them)."""
+    data = np.asarray(t.data)
+    if data.ndim != 2 or data.shape[0] <= rows:
+        return convert(t)
+    parts = [convert(_Rows(t, a, min(a + rows, data.shape[0]))) for a in range(0, data.shape[0], rows)]
+    if hasattr(parts[0], "op"):  # gguf_quant.GatherWeight: packed [N, bytes], scales / zero points [N, nb]
+        zp = None if parts[0].zero_points is None else np.concatenate([w.zero_points for w in parts])
+        return dataclasses.replace(parts[0], n=sum(w.n for w in parts),
+                                   packed=np.concatenate([w.packed for w in parts]),
+                                   scales=np.concatenate([w.scales for w in parts]), zero_points=zp,
+                                   exact=all(w.exact for w in parts), max_abs_err=max(w.max_abs_err for w in parts))
+    out = concat_rows(parts)
+    if out is None:
+        raise ValueError(f"pieces of {t.name} came out in different encodings")  # row-local encoders: never
+    return dataclasses.replace(out, source_type=parts[0].source_type) if hasattr(out, "source_type") else out
