@@ -20,7 +20,7 @@ over every prompt of every round.
 
 ``--kernels`` also times, at each thread count, the target graph's ``MatMulNBits`` nodes alone (121 in the demo's;
 their real weights, each fed a [1, K] row; one session, no other kernel) beside a whole decode step of the same graph
-(``kv_dtype.step_times`` at ``--kernel-depth`` cached positions), one session loaded at a time: the share of a step
+(``lib/timing.step_times`` at ``--kernel-depth`` cached positions), one session loaded at a time: the share of a step
 the 4-bit matmuls take, and what the extra threads buy them and the rest of the graph.
 
     python benchmarks/decode_ab.py --bundle DEMO --gguf SmolLM2-135M-Instruct.Q4_1.gguf --threads 2 1 --rounds 4
@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 
@@ -121,8 +120,8 @@ def kernel_times(bundle: Path, threads: int, depth: int, repeats: int) -> dict[s
 
     import numpy as np
     import onnxruntime as ort
-    from kv_dtype import step_times
 
+    from benchmarks.lib.timing import step_times
     from edge_spec import Engine
     from edge_spec.runtime.options import session_options
 
@@ -159,8 +158,7 @@ def summary(rows: list[dict[str, float]]) -> dict[str, float]:
 def run_threads(bundle: Path, gguf: Path, prompts: list[list[int]], threads: int, tokens: int,
                 rounds: int) -> dict[str, Any]:
     """Both systems at ``threads`` threads, alternating on every prompt; per-round and overall medians."""
-    import llamacpp
-
+    from benchmarks.lib import llamacpp
     from edge_spec import Engine
 
     engine = Engine.load(bundle, drafting="none", max_context=4096, threads=threads)
@@ -203,11 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=HERE / "results" / "decode_ab.json")
     args = ap.parse_args(argv)
 
-    import llamacpp
     import onnxruntime
-    from chat_prompts import CHAT_PROMPTS
-    from vs_llamacpp import prompt_ids
 
+    from benchmarks.lib import llamacpp
+    from benchmarks.lib.prompts import CHAT_PROMPTS, prompt_ids
     from edge_spec.demo import resolve_bundle
 
     if llamacpp.bin_dir() is None:
