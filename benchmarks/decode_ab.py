@@ -1,10 +1,10 @@
 """Plain decoding against llama.cpp's server, prompt by prompt in one run: where whole requests win or lose.
 
 ``vs_llamacpp.py`` times whole requests (prompt + generation), each system in its own process, one after the
-other; ``context_scaling.py`` times single steps against ``llama-bench``. On this shared 2-core VM whole runs move by
-10-30 % between minutes, and ``llama-bench`` is not the server the whole-request rows run. This script keeps both
-systems loaded at once and alternates them on every prompt (the order swapped each round), so the machine's drift
-falls on both alike, and it splits each request into its two phases:
+other; ``probes/context_scaling.py`` times single steps against ``llama-bench``. On this shared 2-core VM whole
+runs move by 10-30 % between minutes, and ``llama-bench`` is not the server the whole-request rows run. This
+script keeps both systems loaded at once and alternates them on every prompt (the order swapped each round), so
+the machine's drift falls on both alike, and it splits each request into its two phases:
 
 * **prefill**: edge-spec's time to the first token (``Engine.stream``'s first event), llama.cpp's ``prompt_ms``;
 * **decode**: edge-spec's time from the first token to the last over the tokens after the first; llama.cpp's
