@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build llama.cpp for the benchmarks (never in CI): the llama.cpp vendored in the llama-cpp-python sdist,
 # from the package index, built with cmake + ninja for this CPU. About 20-30 minutes on 2 cores.
-# Binaries land in ${LLAMA_CPP_HOME:-$HOME/.cache/edge-spec/llama.cpp}/build/bin; benchmarks/llamacpp.py
+# Binaries land in ${LLAMA_CPP_HOME:-$HOME/.cache/edge-spec/llama.cpp}/build/bin; benchmarks/lib/llamacpp.py
 # looks there (or in $LLAMA_CPP_BIN).
 set -euo pipefail
 version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"

@@ -11,7 +11,7 @@ chat template, the model's default system prompt):
   as ``edge-spec chat`` does by default (the model's recommended settings from the manifest, else llama.cpp's:
   T 0.8, top-k 40, top-p 0.95, min-p 0.05; speculative decoding on, as chat runs); llama.cpp's ``llama-server``
   gets no sampling parameter at all, so it uses its own defaults. Also both greedy, for reference.
-* **Loops**: the first 6 prompts of ``chat_prompts.CHAT_PROMPTS`` (those of vs_llamacpp.py), ``--loop-tokens``
+* **Loops**: the first 6 prompts of ``lib.prompts.CHAT_PROMPTS`` (those of vs_llamacpp.py), ``--loop-tokens``
   tokens, stop tokens honoured; a reply loops when some 8-gram of its tokens occurs 3 or more times.
 
 Seeds are 0..N-1 for both systems (the two samplers are different programs: the same seed does not mean the
@@ -28,9 +28,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from chat_prompts import CHAT_PROMPTS, chat_messages  # noqa: E402
+from benchmarks.lib.prompts import CHAT_PROMPTS, chat_messages  # noqa: E402
 
 # (question, accepted answers): short facts a 135M chat model may know; the answers are matched as whole words
 FACTS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -105,7 +104,7 @@ def edge_replies(engine, prompts: list[list[int]], seeds: list[int | None], toke
 def llamacpp_replies(gguf: Path, prompts: list[list[int]], seeds: list[int | None], tokens: int, detok
                      ) -> list[list[tuple[list[int], str]]]:
     """llama.cpp's server at its default sampling (no sampler parameter sent; ``seeds`` None = greedy)."""
-    from llamacpp import LlamaServer
+    from benchmarks.lib.llamacpp import LlamaServer
 
     out = []
     with LlamaServer(gguf, threads=2, context=4096) as srv:

@@ -1,10 +1,10 @@
 """Plain decoding against llama.cpp's server, prompt by prompt in one run: where whole requests win or lose.
 
 ``vs_llamacpp.py`` times whole requests (prompt + generation), each system in its own process, one after the
-other; ``context_scaling.py`` times single steps against ``llama-bench``. On this shared 2-core VM whole runs move by
-10-30 % between minutes, and ``llama-bench`` is not the server the whole-request rows run. This script keeps both
-systems loaded at once and alternates them on every prompt (the order swapped each round), so the machine's drift
-falls on both alike, and it splits each request into its two phases:
+other; ``probes/context_scaling.py`` times single steps against ``llama-bench``. On this shared 2-core VM whole
+runs move by 10-30 % between minutes, and ``llama-bench`` is not the server the whole-request rows run. This
+script keeps both systems loaded at once and alternates them on every prompt (the order swapped each round), so
+the machine's drift falls on both alike, and it splits each request into its two phases:
 
 * **prefill**: edge-spec's time to the first token (``Engine.stream``'s first event), llama.cpp's ``prompt_ms``;
 * **decode**: edge-spec's time from the first token to the last over the tokens after the first; llama.cpp's
@@ -20,7 +20,7 @@ over every prompt of every round.
 
 ``--kernels`` also times, at each thread count, the target graph's ``MatMulNBits`` nodes alone (121 in the demo's;
 their real weights, each fed a [1, K] row; one session, no other kernel) beside a whole decode step of the same graph
-(``kv_dtype.step_times`` at ``--kernel-depth`` cached positions), one session loaded at a time: the share of a step
+(``lib/timing.step_times`` at ``--kernel-depth`` cached positions), one session loaded at a time: the share of a step
 the 4-bit matmuls take, and what the extra threads buy them and the rest of the graph.
 
     python benchmarks/decode_ab.py --bundle DEMO --gguf SmolLM2-135M-Instruct.Q4_1.gguf --threads 2 1 --rounds 4
@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 
@@ -121,8 +120,8 @@ def kernel_times(bundle: Path, threads: int, depth: int, repeats: int) -> dict[s
 
     import numpy as np
     import onnxruntime as ort
-    from kv_dtype import step_times
 
+    from benchmarks.lib.timing import step_times
     from edge_spec import Engine
     from edge_spec.runtime.options import session_options
 
@@ -159,8 +158,7 @@ def summary(rows: list[dict[str, float]]) -> dict[str, float]:
 def run_threads(bundle: Path, gguf: Path, prompts: list[list[int]], threads: int, tokens: int,
                 rounds: int) -> dict[str, Any]:
     """Both systems at ``threads`` threads, alternating on every prompt; per-round and overall medians."""
-    import llamacpp
-
+    from benchmarks.lib import llamacpp
     from edge_spec import Engine
 
     engine = Engine.load(bundle, drafting="none", max_context=4096, threads=threads)
@@ -203,11 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=HERE / "results" / "decode_ab.json")
     args = ap.parse_args(argv)
 
-    import llamacpp
     import onnxruntime
-    from chat_prompts import CHAT_PROMPTS
-    from vs_llamacpp import prompt_ids
 
+    from benchmarks.lib import llamacpp
+    from benchmarks.lib.prompts import CHAT_PROMPTS, prompt_ids
     from edge_spec.demo import resolve_bundle
 
     if llamacpp.bin_dir() is None:

@@ -6,7 +6,7 @@ accepted / drafted is the per-token acceptance rate alpha (with longer drafts, t
 drafted but never judged). Drafts come from the drafter model alone (``drafting="model"``): with hybrid drafting
 (the engine's default) prompt-lookup drafts, accepted far more often on repetitive text, would be counted too.
 Prompts are the held-out conversations from the drafter's own data directory, as token ids rendered by the
-target's chat template when the data was made, or (``--chat``) benchmarks/chat_prompts.py's chat prompts, written
+target's chat template when the data was made, or (``--chat``) benchmarks/lib/prompts.py's chat prompts, written
 apart from the distillation prompt set and rendered by the bundle's chat format.
 
 Sampled rows are seeded (prompt i, seed i: the coupling), so every draft temperature of ``--draft-ratios`` (the
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--data", type=Path, nargs="+", metavar="ANSWERS_NPZ",
                      help="held-out prompts of these answers files instead (a drafter trained with --data)")
     src.add_argument("--chat", action="store_true",
-                     help="benchmarks/chat_prompts.py's chat prompts instead (the first --prompts of its 96)")
+                     help="benchmarks/lib/prompts.py's chat prompts instead (the first --prompts of its 96)")
     ap.add_argument("--prompts", type=int, default=40)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7])
@@ -81,9 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     from edge_spec.runtime.engine import Engine
 
     if args.chat:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from chat_prompts import ALL_CHAT_PROMPTS
-        from vs_llamacpp import prompt_ids
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from benchmarks.lib.prompts import ALL_CHAT_PROMPTS, prompt_ids
 
         prompts = prompt_ids(args.bundle, list(ALL_CHAT_PROMPTS[:args.prompts]))
     elif args.data:

@@ -5,7 +5,7 @@
         [--draft-ratios 1.0 0.7] [--json out.json]
 
 Every bundle is loaded in this one process (same threads); for each held-out chat prompt of
-``benchmarks/chat_prompts.py`` (never in the distillation prompt set) and each temperature, each bundle
+``benchmarks/lib/prompts.py`` (never in the distillation prompt set) and each temperature, each bundle
 generates plain AR and speculatively (default adaptive draft length, hybrid drafting with lookup, as a user
 gets it), interleaved so machine noise hits every system alike; sampled runs are seeded (same seed -> the same
 text AR and speculative, so both make the same tokens). Reports per bundle and temperature: tokens/s AR and
@@ -24,9 +24,8 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from chat_prompts import CHAT_PROMPTS, chat_messages  # noqa: E402
+from benchmarks.lib.prompts import CHAT_PROMPTS, chat_messages  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

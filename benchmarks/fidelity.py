@@ -23,9 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from chat_prompts import CHAT_PROMPTS, chat_messages  # noqa: E402
+from benchmarks.lib.prompts import CHAT_PROMPTS, chat_messages  # noqa: E402
 
 
 def _cut(ids: list[int], stops: set[int]) -> list[int]:
@@ -101,7 +100,7 @@ def edge(bundle: Path, prompt_ids: list[list[int]], tokens: int) -> tuple[list[l
 
 
 def llamacpp(gguf: Path, prompt_ids: list[list[int]], tokens: int) -> list[list[int]]:
-    from llamacpp import LlamaServer
+    from benchmarks.lib.llamacpp import LlamaServer
 
     outs = []
     with LlamaServer(gguf, threads=2, context=2048) as srv:

@@ -30,10 +30,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-from chat_prompts import CHAT_PROMPTS  # noqa: E402
-from llamacpp import bin_dir  # noqa: E402
+from benchmarks.lib.llamacpp import bin_dir  # noqa: E402
+from benchmarks.lib.prompts import CHAT_PROMPTS  # noqa: E402
 
 MiB = 1 << 20
 PROMPT = CHAT_PROMPTS[1]

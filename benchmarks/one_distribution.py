@@ -34,8 +34,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks.chat_prompts import ALL_CHAT_PROMPTS, chat_messages  # noqa: E402
-from benchmarks.code_prompts import CODE_PROMPTS  # noqa: E402
+from benchmarks.lib.prompts import ALL_CHAT_PROMPTS, CODE_PROMPTS, chat_messages  # noqa: E402
 from edge_spec import Engine  # noqa: E402
 from edge_spec.bundle import ModelSpec  # noqa: E402
 from edge_spec.demo import resolve_bundle  # noqa: E402
@@ -237,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bundle", default="demo")
     ap.add_argument("--prompts", type=int, default=50)
     ap.add_argument("--tokens", type=int, default=96)
-    ap.add_argument("--code", action="store_true", help="code prompts (benchmarks/code_prompts.py) instead of chat")
+    ap.add_argument("--code", action="store_true", help="code prompts (benchmarks/lib/prompts.py) instead of chat")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--ort-every", type=int, default=1, help="plain ONNX Runtime on every n-th prompt (it is slow)")
     ap.add_argument("--sampled", type=int, default=0, help="draws per sampled cell (0: greedy only)")

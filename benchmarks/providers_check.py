@@ -13,7 +13,7 @@ environment and the runs meet in JSON files:
 A stopped run goes on with ``--resume`` (same ``--out``): the prompts in its ``.partial.json`` are kept, and
 tokens/s are over the prompts that carry timings.
 
-Per prompt (the held-out chat prompts of chat_prompts.py, rendered by the bundle's chat template, as vs_llamacpp.py
+Per prompt (the held-out chat prompts of lib/prompts.py, rendered by the bundle's chat template, as vs_llamacpp.py
 does): greedy plain decoding on the provider, greedy speculative decoding on the provider (must be equal: the
 runtime's promise), and, against the CPU run, the first differing step. There, the provider's logits (teacher-forced
 on the common prefix) give its margin between its token and the CPU's; ``--compare`` (run with the CPU wheel) adds
@@ -31,9 +31,8 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from chat_prompts import CHAT_PROMPTS  # noqa: E402
-from vs_llamacpp import prompt_ids  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.lib.prompts import CHAT_PROMPTS, prompt_ids  # noqa: E402
 
 
 def teacher_forced(engine: Any, ids: list[int]) -> np.ndarray:

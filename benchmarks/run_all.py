@@ -1,22 +1,23 @@
-"""Rerun every edge-spec benchmark with one command and write results, plots and the BENCHMARKS.md table.
+"""Rerun every edge-spec benchmark with one command and write results, plots and a Markdown table.
 
     python benchmarks/run_all.py            # full run (tens of minutes on 2 cores)
     python benchmarks/run_all.py --quick    # smoke test: 2 prompts, 1 repeat, short outputs
 
 Steps (all outputs that are models go to ``--work``, default benchmarks/out/, gitignored):
 1. the bench target: the demo target grown to SmolLM-135M shapes with the same function
-   (make_bench_target.py), rebuilt whenever the demo target's weights change;
+   (lib/bench_target.py), rebuilt whenever the demo target's weights change;
 2. exports: edge-spec bundles of (demo target, demo drafter) and (bench target, demo drafter),
    each with and without the trimmed drafter vocabulary, through
    ``edge_spec.export.pipeline.export_bundle``; when the exporter is missing, plain model-builder
    exports stand in for the peers (same builder, same int4 settings);
-3. memory bandwidth and the autoregressive ceiling it implies (bandwidth.py);
-4. every system on the same prompts (prompts.py), each in its own process (measure.py):
-   edge-spec AR / speculative, greedy and T=0.7, trimmed and untrimmed drafter (edge.py);
+3. memory bandwidth and the autoregressive ceiling it implies (lib/bandwidth.py);
+4. every system on the same prompts (lib/prompts.py), each in its own process (lib/measure.py):
+   edge-spec AR / speculative, greedy and T=0.7, trimmed and untrimmed drafter (lib/edge.py);
    ORT GenAI AR and its speculative mode on the same graphs, transformers AR and assisted
-   generation on the same HF weights (peers.py);
+   generation on the same HF weights (lib/genai.py, lib/hf.py);
 5. an edge-spec memory-budget sweep on the bench pair, next to ORT GenAI's own peak RSS;
-6. results JSON + PNGs into benchmarks/results/ and the table in BENCHMARKS.md (report.py).
+6. results JSON + PNGs + the Markdown table into benchmarks/results/ (latest.* or quick.*; lib/report.py).
+The bench target's last run and what it showed: docs/journal/2026-11.md ("Results").
 Ratios are always computed between systems measured in the same run.
 """
 
@@ -36,15 +37,11 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-import bandwidth  # noqa: E402
-import edge  # noqa: E402
-import peers  # noqa: E402
-import report  # noqa: E402
-from measure import measure  # noqa: E402
-from prompts import prompts as bench_prompts  # noqa: E402
+from benchmarks.lib import bandwidth, edge, genai, report  # noqa: E402
+from benchmarks.lib.measure import measure  # noqa: E402
+from benchmarks.lib.prompts import prompts as bench_prompts  # noqa: E402
 
 DEMO_TARGET, DEMO_DRAFTER = ROOT / "models/demo/target", ROOT / "models/demo/drafter"
 TARGET_ACCURACY_LEVEL = 1  # what edge-spec export uses for targets (exact k-token verify); peers get the same
@@ -75,12 +72,12 @@ def mark(out: Path, key: str) -> None:
 
 # ------------------------------------------------------------------------------ models and exports
 def ensure_bench_checkpoint(work: Path) -> Path:
-    import make_bench_target
+    from benchmarks.lib import bench_target as make_bench_target
 
     out = work / "bench_target"
-    key = dir_hash(DEMO_TARGET) + "-" + hashlib.sha256((HERE / "make_bench_target.py").read_bytes()).hexdigest()[:8]
+    key = dir_hash(DEMO_TARGET) + "-" + hashlib.sha256((HERE / "lib" / "bench_target.py").read_bytes()).hexdigest()[:8]
     if not cached(out, key):
-        log("building the bench target from the demo target (make_bench_target.py --check)")
+        log("building the bench target from the demo target (lib/bench_target.py --check)")
         make_bench_target.grow(DEMO_TARGET, out)
         (out / "CHECK.json").write_text(json.dumps(make_bench_target.check(DEMO_TARGET, out), indent=2) + "\n")
         mark(out, key)
@@ -146,7 +143,7 @@ def peer_dirs(pair: str, target_hf: Path, work: Path, bundles: dict[str, Path] |
         target_dir = builder_export(target_hf, work / "builder" / f"{pair}_target", TARGET_ACCURACY_LEVEL)
         draft_dir = builder_export(DEMO_DRAFTER, work / "builder" / "demo_drafter", 4)
         block, source = None, "model builder exports (int4; target accuracy_level 1, drafter 4)"
-    comps = {k: peers.ort_composite(target_dir, draft_dir, work / "composite" / f"{pair}_k{k}", k, block)
+    comps = {k: genai.ort_composite(target_dir, draft_dir, work / "composite" / f"{pair}_k{k}", k, block)
              for k in gammas}
     return {"target": target_dir, "composites": comps, "source": source}
 
@@ -170,7 +167,7 @@ def run_pair(pair: str, target_hf: Path, work: Path, args: argparse.Namespace, i
         msg = r.get("error") or r.get("refused") or f"{r.get('tokens_per_s', 0):.1f} tok/s"
         log(f"{pair}: {name}: {msg}")
 
-    ort = {"module": "peers", "system": "ort_genai"}
+    ort = {"module": "genai", "system": "ort_genai"}
     for temp in (0.0, 0.7):
         t = f"T={temp:g}"
         # ORT GenAI with its defaults, and with intra-op spinning off (what edge-spec's sessions use; much
@@ -195,7 +192,7 @@ def run_pair(pair: str, target_hf: Path, work: Path, args: argparse.Namespace, i
                                       "temperature": temp})
     if not args.skip_hf and not (args.quick and pair == "bench"):
         # OpenMP threads sleep instead of spinning, like the ORT sessions with spinning off
-        hf = {"module": "peers", "system": "hf", "model": str(target_hf), "env": {"OMP_WAIT_POLICY": "PASSIVE"},
+        hf = {"module": "hf", "system": "hf", "model": str(target_hf), "env": {"OMP_WAIT_POLICY": "PASSIVE"},
               "repeats": min(args.repeats, args.hf_repeats)}
         run("hf_ar T=0", hf)
         run("hf_assisted T=0", {**hf, "draft": str(DEMO_DRAFTER)})
@@ -220,7 +217,7 @@ def oracle_drafter(target_hf: Path, work: Path, base: dict[str, Any], args: argp
     for k in args.gammas:
         name = f"ort_genai_spec nospin k={k} T=0"
         log(f"oracle drafter: {name}")
-        out[name] = measure({**base, "module": "peers", "system": "ort_genai", "k": k, "no_spin": True,
+        out[name] = measure({**base, "module": "genai", "system": "ort_genai", "k": k, "no_spin": True,
                              "model": str(dirs["composites"][k])})
     for gamma in (None, *args.gammas):
         name = "edge_spec_sd T=0" if gamma is None else f"edge_spec_sd gamma={gamma} T=0"
@@ -305,7 +302,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sweep-factor", type=float, default=0.85)
     ap.add_argument("--work", type=Path, default=HERE / "out")
     ap.add_argument("--results", type=Path, default=HERE / "results")
-    ap.add_argument("--no-markdown", action="store_true", help="do not rewrite the table in BENCHMARKS.md")
     args = ap.parse_args(argv)
     global TARGET_QUANT
     TARGET_QUANT = args.target_quant
@@ -341,8 +337,6 @@ def main(argv: list[str] | None = None) -> int:
     pngs = report.plots(results, args.results, stem)
     md = report.markdown(results, pngs)
     (args.results / f"{stem}.md").write_text(md)
-    if not args.no_markdown and not args.quick:
-        report.update_benchmarks_md(ROOT / "BENCHMARKS.md", md)
     print(md)
     log(f"wrote {path}, {args.results / (stem + '.md')}, {', '.join(p.name for p in pngs)}")
     return 0

@@ -43,9 +43,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
-from chat_prompts import CHAT_PROMPTS, chat_messages  # noqa: E402
+from benchmarks.lib.prompts import CHAT_PROMPTS, chat_messages  # noqa: E402
 
 FOLLOW_UP = "Now say that again in one short sentence."
 MiB = 1 << 20

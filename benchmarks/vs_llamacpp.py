@@ -7,16 +7,16 @@ Systems (each in its own process, so peak RSS is its own), greedy and T=0.7:
 * edge-spec AR (the speculative engine with ``speculative=False``: the reference greedy speculative decoding must
   equal, its 1-token passes padded to the graph's batch-invariant rows), speculative (adaptive draft length), and
   plain (``drafting="none"``, what ``edge-spec generate --no-speculation`` loads: no drafter, 1-row passes),
-  through ``Engine`` (edge.py);
+  through ``Engine`` (lib/edge.py);
 * llama.cpp (``llama-server`` fed token ids): AR, draft-model speculative decoding with the
   edge-spec drafter converted to GGUF (``--draft-gguf``, benchmarks/drafter_to_gguf.sh), and its
   n-gram lookup mode (``ngram-simple``);
 * ORT GenAI (its C++ loop) AR and speculative on the bundle's own graphs, where it can run them.
 With ``--rounds N`` every system runs N times, the order rotated each round (the first system a run measures
 tended to come out low on this machine), and each row keeps its fastest round (all rounds listed in the JSON).
-Then (vs_targets.py): greedy speculative vs greedy AR token for token (``--exact-prompts``
+Then (lib/targets.py): greedy speculative vs greedy AR token for token (``--exact-prompts``
 prompts), the generation-memory comparison and an edge-spec memory-budget sweep, the profile of a
-speculative step (profile_spec.py), and with ``--summary`` one markdown table of every target of
+speculative step (lib/profile_spec.py), and with ``--summary`` one markdown table of every target of
 issue 10: measured, target, met or not. Ratios are between systems measured in this same run.
 A benchmark, not a test: needs the real model and a llama.cpp build (benchmarks/build_llamacpp.sh).
 """
@@ -33,27 +33,12 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-import llamacpp  # noqa: E402
-import vs_targets  # noqa: E402
-from chat_prompts import CHAT_PROMPTS, chat_messages  # noqa: E402
-from measure import measure  # noqa: E402
-from peers import bundle_composite  # noqa: E402
-
-
-def prompt_ids(bundle: Path, prompts: list[str]) -> list[list[int]]:
-    """Chat prompts rendered and tokenised by the bundle's own chat format (what ``Engine.chat`` feeds)."""
-    from tokenizers import Tokenizer
-
-    from edge_spec.bundle import read_manifest
-    from edge_spec.runtime.chat import encode_chat
-
-    m = read_manifest(bundle)
-    tok = Tokenizer.from_file(str(bundle / m.tokenizer.files[0]))
-    if m.tokenizer.chat is None:  # a bundle without a chat format: the plain text
-        return [list(tok.encode(p).ids) for p in prompts]
-    return [[int(t) for t in encode_chat(tok, m.tokenizer.chat, chat_messages(p))] for p in prompts]
+from benchmarks.lib import llamacpp  # noqa: E402
+from benchmarks.lib import targets as vs_targets  # noqa: E402
+from benchmarks.lib.genai import bundle_composite  # noqa: E402
+from benchmarks.lib.measure import measure  # noqa: E402
+from benchmarks.lib.prompts import CHAT_PROMPTS, prompt_ids  # noqa: E402
 
 
 def guarded(fn, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -76,7 +61,7 @@ def edge(bundle: Path, ids: list[list[int]], *, tokens: int, temperature: float,
 
 def ort_genai(model: Path, ids: list[list[int]], *, tokens: int, temperature: float, repeats: int, threads: int,
               k: int | None, spin: bool) -> dict[str, Any]:
-    spec = {"module": "peers", "system": "ort_genai", "model": str(model), "prompt_ids": ids,
+    spec = {"module": "genai", "system": "ort_genai", "model": str(model), "prompt_ids": ids,
             "max_new_tokens": tokens, "temperature": temperature, "repeats": repeats, "warmup": 1,
             "threads": threads, "k": k, "no_spin": not spin, "seed": 0}
     return measure(spec)
@@ -153,7 +138,7 @@ def run_systems(args: argparse.Namespace, ids: list[list[int]]) -> tuple[dict[st
 
 def profile(args: argparse.Namespace) -> str:
     """The speculative-step profile table (profile_spec.py in its own process), or why it failed."""
-    cmd = [sys.executable, str(HERE / "profile_spec.py"), "--bundle", str(args.bundle), "--prompts",
+    cmd = [sys.executable, str(HERE / "lib" / "profile_spec.py"), "--bundle", str(args.bundle), "--prompts",
            str(min(args.prompts, 4)), "--tokens", str(args.tokens), "--threads", str(args.threads),
            "--gammas", *args.profile_gammas]
     log("profile: " + " ".join(cmd[1:]))
@@ -230,10 +215,10 @@ def main() -> int:
         print(f"\nORT GenAI: not run on this bundle's graphs: {ort_reason}.")
     elif json.loads((args.bundle / "edge_spec.json").read_text()).get("vocab_trim"):
         print("\nORT GenAI speculative ran the bundle's drafter with its trimmed logits scattered back to the full "
-              "vocabulary (peers.untrim_drafter: GenAI compares draft and target logits id by id).")
+              "vocabulary (lib/genai.untrim_drafter: GenAI compares draft and target logits id by id).")
     print("\n" + vs_targets.sweep_table(sweep))
     print("\n" + vs_targets.exact_text(exact))
-    print("\n### Profile of a speculative step (benchmarks/profile_spec.py)\n\n" + prof)
+    print("\n### Profile of a speculative step (benchmarks/lib/profile_spec.py)\n\n" + prof)
     targets = vs_targets.targets(rows, info, sweep, exact, ort_reason, prof)
     if args.summary:
         print("\n### Issue 10 targets (this run)\n\n" + vs_targets.summary_table(targets))

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import llamacpp  # noqa: E402
-import vs_targets  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.lib import llamacpp  # noqa: E402
+from benchmarks.lib import targets as vs_targets  # noqa: E402
 
 MiB = 1 << 20
 
@@ -110,7 +110,7 @@ def test_sweep_target_counts_only_drafter_plans_within_35_percent() -> None:
 
 
 def test_profile_breakdown_attributes_the_rest_to_the_loop() -> None:
-    import profile_spec
+    from benchmarks.lib import profile_spec
 
     step = {"wall": 0.010, "draft": 0.003, "drafter_fwd": 0.0025, "drafter_ort": 0.002, "verify": 0.006,
             "target_fwd": 0.0055, "target_ort": 0.005, "accept": 0.0004, "policy": 0.0001, "tokens": 3, "gamma": 2,
@@ -127,8 +127,9 @@ def test_profile_breakdown_attributes_the_rest_to_the_loop() -> None:
 def test_untrimmed_drafter_logits_cover_the_full_vocabulary(tmp_path: Path) -> None:
     onnx = pytest.importorskip("onnx")
     import onnxruntime as ort
-    import peers
     from onnx import TensorProto, helper
+
+    from benchmarks.lib import genai as peers
 
     kept, vocab = 5, 12
     g = helper.make_graph([helper.make_node("Identity", ["x"], ["logits"])], "drafter",
@@ -156,8 +157,7 @@ def test_profile_and_ort_genai_composite_on_the_demo_bundle(demo_bundle: Path, t
     """The profile's rows add up to measured steps, and ORT GenAI runs the bundle's own graphs speculatively
     (the demo drafter is VocabTrim-ed, so this goes through the widened drafter) with its greedy output
     equal to its plain greedy output on the same target graph."""
-    import profile_spec
-
+    from benchmarks.lib import profile_spec
     from edge_spec import Engine
 
     engine = Engine.load(demo_bundle, threads=1)
@@ -172,7 +172,7 @@ def test_profile_and_ort_genai_composite_on_the_demo_bundle(demo_bundle: Path, t
     assert "| **step total** |" in profile_spec.table("fixed draft length 2", res)
 
     og = pytest.importorskip("onnxruntime_genai")
-    import peers
+    from benchmarks.lib import genai as peers
 
     dirs = peers.bundle_composite(demo_bundle, tmp_path / "composite", 3)
     assert not isinstance(dirs, str), dirs
@@ -201,7 +201,7 @@ def test_rounds_rotate_the_order_and_rows_keep_their_fastest_round(tmp_path, mon
     import argparse
     import json
 
-    import vs_llamacpp
+    from benchmarks import vs_llamacpp
 
     calls: list[str] = []
     speed = {"edge-spec AR": [50.0, 90.0], "edge-spec speculative": [70.0, 60.0], "llama.cpp AR": [80.0, 85.0],

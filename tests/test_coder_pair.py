@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.code_prompts import CODE_PROMPTS
+from benchmarks.lib.prompts import CODE_PROMPTS
 from edge_spec import Engine
 
 pytestmark = [pytest.mark.coder, pytest.mark.slow]  # slow too: `-m "not slow"` must not select it either

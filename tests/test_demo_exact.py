@@ -35,7 +35,7 @@ from edge_spec import Engine
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # benchmarks/ is not a package; its prompt list is plain data
     sys.path.insert(0, str(ROOT))
-from benchmarks.chat_prompts import CHAT_PROMPTS  # noqa: E402
+from benchmarks.lib.prompts import CHAT_PROMPTS  # noqa: E402
 from edge_spec.distill.prompts import builtin_prompts  # noqa: E402
 
 NEW_TOKENS = 20  # enough for drafts to be both accepted and rejected on every prompt kind (~8 min budget)

@@ -585,8 +585,8 @@ def test_builtin_prompts_are_distinct_deterministic_and_keep_the_benchmark_promp
 
     from edge_spec.distill.prompts import builtin_prompts
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from chat_prompts import ALL_CHAT_PROMPTS, CHAT_PROMPTS
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.lib.prompts import ALL_CHAT_PROMPTS, CHAT_PROMPTS
 
     pool = builtin_prompts()
     assert pool == builtin_prompts() and len(set(pool)) == len(pool) > 3000

@@ -187,7 +187,7 @@ SELF_INSTRUCT = (
 )
 
 
-# Prompts the benchmarks measure drafters on (benchmarks/chat_prompts.py) are never training prompts.
+# Prompts the benchmarks measure drafters on (benchmarks/lib/prompts.py) are never training prompts.
 HELD_APART = frozenset({"What is the capital of France?", "Explain photosynthesis to a ten-year-old."})
 
 

@@ -10,7 +10,7 @@ ONNX Runtime reads the whole file, weights included (the format has no external 
 the weights out of it, where an ``.onnx`` graph's weights are memory-mapped.
 
 What stays the same: the graphs compute the same logits (the runtime applies the same optimizations to an
-``.onnx`` graph at load; checked bit for bit by the tests and ``benchmarks/ort_format.py``); the weights target
+``.onnx`` graph at load; checked bit for bit by the tests and ``benchmarks/probes/ort_format.py``); the weights target
 and drafter share (``shared_initializers``) are still mapped once from ``target/embed.data`` and handed to both
 sessions (``SessionOptions.add_initializer`` overrides the copy inside each ``.ort`` file), so the runtime's
 memory plan keeps that saving. An app on ONNX Runtime Mobile can do the same or let each session use its copy.

@@ -51,7 +51,8 @@ class DraftPolicy:
     mean over its first 1 / ema drafts (so the optimistic start value is forgotten fast). Slow on purpose: with a
     drafter accepted ~0.3 of the time whose 2-row verify costs about a 1-row step, 0.15 averages fell below
     break-even on any run of ~6 rejections or a few slow steps and kept speculation off a third of the time or
-    more (``benchmarks/policy_sim.py --time-noise 0.1``). Acceptance is per *drafted* token, so a step where the
+    more (``policy_sim.py --time-noise 0.1``, a probe deleted since: docs/journal/README.md). Acceptance is per
+    *drafted* token, so a step where the
     confidence threshold stopped the drafter before its first token does not count as a
     rejection (that would switch off a drafter whose confident drafts are nearly always right).
     The model cannot see how often the threshold cuts drafts short, so the realised goodput of

@@ -13,7 +13,7 @@ Why these settings:
 * ``session.intra_op.allow_spinning = 0`` - by default idle pool threads spin after each run,
   competing with the Python thread that samples and drafts between runs. On the project's busy
   2-core machine turning spinning off made the demo target's decode 1.8-2.5x faster and halved
-  the loop's overhead share (benchmarks/bench_runtime.py); on a phone it also saves power.
+  the loop's overhead share (benchmarks/probes/bench_runtime.py); on a phone it also saves power.
   Memory is unaffected, so export-time measurements stay valid. On an *idle* machine the opposite
   holds (spinning saves each kernel's thread wake-up: +5-7 % on the SmolLM2 split:4 target here,
   ~700 kernels per step), so ``spin=True`` (``Engine.load(spin=True)``, CLI ``--spin``) turns it on,

@@ -26,7 +26,7 @@ target's own answers); each is cut at ``--max-tokens``, ``--limit`` keeps the fi
 
 Kept: user messages of 12 to 400 characters (a prompt of ~100 tokens leaves room for the answer in the 320
 positions training reads), at least 95 % ASCII (the demo model writes English; replies too for ``text``), the
-ChatGPT interface's "1 / 1" suffix removed, duplicates and benchmarks/chat_prompts.py's prompts removed (a drafter
+ChatGPT interface's "1 / 1" suffix removed, duplicates and benchmarks/lib/prompts.py's chat prompts removed (a drafter
 is never measured on its training prompts).
 """
 
@@ -41,8 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from chat_prompts import CHAT_PROMPTS  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks.lib.prompts import CHAT_PROMPTS  # noqa: E402
 
 SUFFIX = re.compile(r"\s*\d+\s*/\s*\d+\s*$")
 

@@ -8,7 +8,7 @@ For each configuration ``MODE:LEVEL`` (``--gguf-mode`` and accuracy level) it bu
 * median 1-token step time (2 threads, KV shared past/present as the runtime binds it);
 * max |k-token pass − k 1-token passes| for k = 2, 4, 8 (0 means bit-identical verify passes).
 
-``python benchmarks/gguf_fidelity.py --gguf /work/smollm2.gguf --configs exact:1 fast:4 --prompts 30``
+``python benchmarks/probes/gguf_fidelity.py --gguf /work/smollm2.gguf --configs exact:1 fast:4 --prompts 30``
 Transformers' references are cached next to ``--out`` (they take minutes on a small CPU).
 """
 

@@ -4,9 +4,9 @@ Every system (edge-spec, ORT GenAI, transformers) is measured in a fresh child p
 its peak RSS is its own: VmHWM of the child, plus the RSS right after imports
 (``rss_baseline``) so the runtime's own footprint can be told apart from the interpreter's.
 
-Parent side: :func:`measure(spec)`. Child side: ``python benchmarks/measure.py`` reads the
+Parent side: :func:`measure(spec)`. Child side: ``python -m benchmarks.lib.measure`` reads the
 spec as JSON on stdin, calls ``<module>.run_worker(spec, timer)`` of the module the spec names
-(``peers`` or ``edge``) and prints one JSON line.
+(``benchmarks.lib.edge``, ``.genai``, ``.hf`` or ``.targets``) and prints one JSON line.
 
 A worker generates from token ids (the parent tokenises once, so every system sees the same
 ids) and reports, per prompt and repeat, generated tokens, wall seconds and time to first
@@ -15,6 +15,7 @@ token; :func:`summarise` turns them into medians.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import statistics
@@ -28,7 +29,7 @@ from typing import Any
 # a large parent (run_all holds torch models) would report the parent's peak.
 from edge_spec.runtime.memory import peak_rss as peak_rss_bytes
 
-HERE = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULT_PREFIX = "@@RESULT@@ "
 
 
@@ -37,10 +38,10 @@ def measure(spec: dict[str, Any], timeout: float = 1800) -> dict[str, Any]:
     env = dict(os.environ)
     env.setdefault("PYTHONHASHSEED", "0")
     env.update(spec.get("env") or {})
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), str(HERE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     try:
-        proc = subprocess.run([sys.executable, str(HERE / "measure.py")], input=json.dumps(spec), text=True,
-                              capture_output=True, timeout=timeout, env=env, cwd=HERE.parent)
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.lib.measure"], input=json.dumps(spec), text=True,
+                              capture_output=True, timeout=timeout, env=env, cwd=ROOT)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
     for line in reversed(proc.stdout.splitlines()):
@@ -116,7 +117,7 @@ def run_prompts(spec: dict[str, Any], generate_one) -> RunTimer:
 
 def _worker() -> None:
     spec = json.loads(sys.stdin.read())
-    module = __import__(spec["module"])
+    module = importlib.import_module("benchmarks.lib." + spec["module"])
     t0 = time.perf_counter()
     out = module.run_worker(spec)
     out["worker_seconds"] = time.perf_counter() - t0

@@ -1,6 +1,6 @@
 """Where each millisecond of a speculative step goes: drafter, target verify, sampling/acceptance, Python.
 
-    python benchmarks/profile_spec.py --bundle BUNDLE [--prompts 4] [--tokens 128] [--threads 2] \
+    python benchmarks/lib/profile_spec.py --bundle BUNDLE [--prompts 4] [--tokens 128] [--threads 2] \
         [--gammas auto 4] [--temperature 0] [--drafting auto|model|lookup] [--json OUT.json]
 
 Runs ``Engine.stream`` on held-out chat prompts (ids from the bundle's chat format, stop tokens
@@ -27,11 +27,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
-from chat_prompts import CHAT_PROMPTS, chat_messages  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks.lib.prompts import CHAT_PROMPTS, chat_messages  # noqa: E402
 from edge_spec import Engine  # noqa: E402
 from edge_spec.runtime.drafting import DraftPolicy  # noqa: E402
 from edge_spec.runtime.session import ModelSession  # noqa: E402

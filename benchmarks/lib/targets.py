@@ -24,8 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from chat_prompts import CHAT_PROMPTS
-from measure import measure
+from .measure import measure
+from .prompts import CHAT_PROMPTS
 
 MiB = 1 << 20
 # 7 phrasings x 32 held-out prompts = 224 distinct prompts for the greedy exactness check
@@ -141,7 +141,7 @@ def memory_info(rows: dict[str, dict[str, Any]], bundle: Path) -> dict[str, Any]
 
 
 def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
-    """Child process (measure.py): the smallest budget the planner turns into speculative decoding with a
+    """Child process (lib/measure.py): the smallest budget the planner turns into speculative decoding with a
     context of at least ``spec['need']`` tokens, found by bisection of ``Engine.plan`` (no session is made)."""
     from edge_spec import Engine
     from edge_spec.errors import EdgeSpecError
@@ -182,7 +182,7 @@ def budget_sweep(rows: dict[str, dict[str, Any]], args: Any, ids: list[list[int]
     mode, _ = _plan(free)
     weights = w["target"] + (w["drafter"] if mode == "speculative" else 0)
     need = max(len(p) for p in ids) + args.tokens + 16
-    probe = measure({"module": "vs_targets", "bundle": str(args.bundle), "need": need})
+    probe = measure({"module": "targets", "bundle": str(args.bundle), "need": need})
     budgets = [(f"{f:.2f} x llama.cpp", int(free["rss_baseline"] + weights + f * ref)) for f in args.sweep_fractions]
     if probe.get("min_budget"):
         budgets.append(("planner minimum", int(probe["min_budget"])))

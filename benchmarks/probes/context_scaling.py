@@ -13,7 +13,7 @@ The two run one after the other, never at once; the ratio at each depth is withi
 times more bundles' target steps in the same run, one bundle after the other (e.g. the graph variants
 ``benchmarks/offset_cost.py`` writes), each with its own ratio to llama.cpp.
 
-    python benchmarks/context_scaling.py --bundle DEMO --gguf SmolLM2-135M-Instruct.Q4_1.gguf --threads 1 2
+    python benchmarks/probes/context_scaling.py --bundle DEMO --gguf SmolLM2-135M-Instruct.Q4_1.gguf --threads 1 2
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+HERE = Path(__file__).resolve().parents[1]  # benchmarks/
 sys.path.insert(0, str(HERE.parent))
 
 
@@ -38,8 +37,7 @@ def edge_steps(bundles: dict[str, Path], depths: list[int], threads: int,
     cores: interleaved, the 2-thread medians doubled)."""
     import gc
 
-    from kv_dtype import step_times
-
+    from benchmarks.lib.timing import step_times
     from edge_spec import Engine
 
     out: dict[str, dict[int, dict[str, float]]] = {}
@@ -56,7 +54,7 @@ def edge_steps(bundles: dict[str, Path], depths: list[int], threads: int,
 
 def llama_steps(gguf: Path, depths: list[int], threads: int, tokens: int, reps: int) -> dict[int, dict[str, float]]:
     """{depth: {ms_per_token, tok_per_s}} from llama-bench's text generation at each depth."""
-    from llamacpp import bin_dir
+    from benchmarks.lib.llamacpp import bin_dir
 
     bench = (bin_dir() or Path("/nonexistent")) / "llama-bench"
     if not bench.is_file():

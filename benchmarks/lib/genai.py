@@ -1,14 +1,11 @@
-"""Peer systems on the same graphs and weights: ONNX Runtime GenAI (AR and speculative) and transformers.
+"""ONNX Runtime GenAI as a peer on the same graphs: its C++ loop (AR and speculative), in one place.
 
-* ``ort_genai`` — onnxruntime-genai's C++ loop on a builder-style model directory
-  (``genai_config.json`` + ``model.onnx``). With ``k`` set, it runs its draft-model
-  speculative decoding from a composite directory made by :func:`ort_composite`.
-* ``hf`` — ``transformers`` ``generate`` on the HF checkpoint, plain or with
-  ``assistant_model`` (assisted generation, its default dynamic draft-length schedule).
-
-Worker functions run inside a child process started by ``measure.measure``; only the
-module of the system being measured is imported there, so an ORT GenAI child never
-loads torch.
+onnxruntime-genai's loop on a builder-style model directory (``genai_config.json`` + ``model.onnx``):
+:func:`genai_model` and :func:`genai_generate` are the one GenAI loop every benchmark uses. With ``k`` set, it runs
+its draft-model speculative decoding from a composite directory made by :func:`ort_composite` /
+:func:`bundle_composite`. :func:`run_worker` runs inside a child process started by ``measure.measure``
+(spec ``{"module": "genai", ...}``); only the module of the system being measured is imported there, so an ORT
+GenAI child never loads torch. transformers, the other peer, is in ``hf.py``.
 """
 
 from __future__ import annotations
@@ -20,9 +17,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from measure import run_prompts, summarise
-
 from edge_spec.runtime.memory import current_rss as rss_bytes
+
+from .measure import run_prompts, summarise
 
 
 # ------------------------------------------------------------------------------ ORT GenAI composite
@@ -225,69 +222,5 @@ def _ort_genai_worker(spec: dict[str, Any]) -> dict[str, Any]:
     return res
 
 
-# ------------------------------------------------------------------------------ transformers
-def _hf_worker(spec: dict[str, Any]) -> dict[str, Any]:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(0)
-    if spec.get("threads"):
-        torch.set_num_threads(int(spec["threads"]))
-    baseline = rss_bytes()
-    dtype = torch.float32
-    target = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=dtype).eval()
-    draft = None
-    if spec.get("draft"):
-        draft = AutoModelForCausalLM.from_pretrained(spec["draft"], dtype=dtype).eval()
-    after_load = rss_bytes()
-    calls = {"target": 0}
-    target.register_forward_hook(lambda *a: calls.__setitem__("target", calls["target"] + 1))
-    temp = float(spec.get("temperature", 0.0))
-
-    class FirstToken:  # a streamer that only timestamps the first generated token
-        def __init__(self, timer) -> None:
-            self.timer, self.seen_prompt = timer, False
-
-        def put(self, value) -> None:
-            if self.seen_prompt:
-                self.timer.first()
-            self.seen_prompt = True
-
-        def end(self) -> None:
-            pass
-
-    def one(ids: list[int], timer, seed: int):
-        torch.manual_seed(seed)
-        calls["target"] = 0
-        kwargs: dict[str, Any] = {"max_new_tokens": spec["max_new_tokens"], "streamer": FirstToken(timer),
-                                  "pad_token_id": target.generation_config.pad_token_id}
-        if temp > 0:
-            kwargs.update(do_sample=True, temperature=temp, top_k=0, top_p=1.0)
-        else:
-            kwargs.update(do_sample=False, top_k=None, top_p=None, temperature=None)
-        if draft is not None:
-            kwargs["assistant_model"] = draft
-        with torch.inference_mode():
-            out = target.generate(torch.tensor([ids]), **kwargs)
-        new = out[0, len(ids):].tolist()
-        return new, {"target_calls": calls["target"]}
-
-    timer = run_prompts(spec, one)
-    res = {"runs": timer.runs, "rss_baseline": baseline, "rss_after_load": after_load,
-           "torch_threads": torch.get_num_threads(), **summarise(timer.runs, spec["repeats"])}
-    if draft is not None:
-        measured = [r for r in timer.runs if not r["warmup"]]
-        # every target call (the first one also prefills the prompt) emits at least one token
-        passes = sum(max(1, r["target_calls"]) for r in measured)
-        res["tokens_per_target_pass"] = sum(r["tokens"] for r in measured) / passes
-        res["assistant"] = {"num_assistant_tokens": draft.generation_config.num_assistant_tokens,
-                            "schedule": draft.generation_config.num_assistant_tokens_schedule}
-    return res
-
-
 def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
-    if spec["system"] == "ort_genai":
-        return _ort_genai_worker(spec)
-    if spec["system"] == "hf":
-        return _hf_worker(spec)
-    raise ValueError(f"unknown peer system {spec['system']!r}")
+    return _ort_genai_worker(spec)

@@ -7,7 +7,7 @@ about equally is limited by its capacity or its optimisation, and more data of t
 Features and the teacher's top-32 come from ``--features`` (the shared directory of ``distill --features``), computed
 there when missing.
 
-    python benchmarks/head_fit.py --target SmolLM2-135M-Instruct.Q4_1.gguf --head models/smollm2-eagle3 \
+    python benchmarks/probes/head_fit.py --target SmolLM2-135M-Instruct.Q4_1.gguf --head models/smollm2-eagle3 \
         --data models/smollm2-data/answers-s5.npz --features FEATURES_DIR [--sequences 300] [--json out.json]
 """
 

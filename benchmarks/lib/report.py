@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
-import bandwidth
+from . import bandwidth
 
 MiB = 2**20
 EDGE_AR, EDGE_SD, EDGE_SD_UNTRIMMED = "edge_spec_ar T=0", "edge_spec_sd trimmed T=0", "edge_spec_sd untrimmed T=0"
@@ -316,20 +315,8 @@ def markdown(results: dict[str, Any], pngs: list[Path]) -> str:
     for c in results["analysis"].get("claims_bench_target", []):
         val = _f(c["value"]) if isinstance(c["value"], bool) else _f(c["value"], "{:.2f}")
         lines.append(f"| {c['claim']} | {val} | {_f(c['met']) if c['met'] is not None else 'not measured'} |")
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     lines += [""] + [f"![{p.stem}]({p.resolve().relative_to(root) if p.resolve().is_relative_to(root) else p})"
                      for p in pngs] + [""]
     return "\n".join(lines)
 
-
-START, END = "<!-- results:start -->", "<!-- results:end -->"
-
-
-def update_benchmarks_md(path: Path, md: str) -> None:
-    text = path.read_text() if path.exists() else f"# Benchmarks\n\n{START}\n{END}\n"
-    block = f"{START}\n{md}\n{END}"
-    if START in text and END in text:
-        text = re.sub(re.escape(START) + r".*?" + re.escape(END), lambda _m: block, text, flags=re.S)
-    else:
-        text += "\n" + block + "\n"
-    path.write_text(text)

@@ -8,7 +8,7 @@
 * :func:`expected_tokens`, :func:`theoretical_speedup`, :func:`alpha_from_tokens_per_pass`
   — E = (1 − α^(γ+1)) / (1 − α) and speedup = E / (γ·c + 1) (GUIDE §4).
 
-``python benchmarks/bandwidth.py [--bundle B | --model-dir D]`` prints the numbers.
+``python benchmarks/lib/bandwidth.py [--bundle B | --model-dir D]`` prints the numbers.
 """
 
 from __future__ import annotations

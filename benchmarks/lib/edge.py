@@ -11,10 +11,10 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from measure import run_prompts, summarise
-
 from edge_spec.runtime.memory import current_rss as rss_bytes
 from edge_spec.runtime.memory import peak_rss as peak_rss_bytes
+
+from .measure import run_prompts, summarise
 
 STAT_KEYS = ("tokens", "target_passes", "drafted", "accepted", "seconds", "target_seconds", "drafter_seconds")
 

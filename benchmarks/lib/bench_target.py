@@ -31,7 +31,7 @@ How the embedding stays exact
 
 Run::
 
-    python benchmarks/make_bench_target.py --src models/demo/target --out benchmarks/out/bench_target
+    python benchmarks/lib/bench_target.py --src models/demo/target --out benchmarks/out/bench_target
 
 The output is an HF checkpoint (fp32 safetensors, so the inert weights do not underflow
 as fp16 would) plus the tokenizer files; the result is a pure function of the source

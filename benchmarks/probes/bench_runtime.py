@@ -1,6 +1,6 @@
 """Runtime benchmark on one bundle, all ratios measured in the same run.
 
-    python benchmarks/bench_runtime.py BUNDLE [--tokens 128] [--budget 300MB] [--json out.json]
+    python benchmarks/probes/bench_runtime.py BUNDLE [--tokens 128] [--budget 300MB] [--json out.json]
 
 Reports AR tok/s, speculative tok/s (greedy adaptive, greedy fixed gamma, T=0.7), acceptance,
 mean accepted length (tokens per target pass), the share of wall time spent outside ONNX
@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from edge_spec import Engine  # noqa: E402
@@ -32,8 +32,7 @@ FALLBACK_PROMPTS = [
 
 def _prompts() -> list[str]:
     try:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        from prompts import prompts  # the shared benchmark prompts, when present
+        from benchmarks.lib.prompts import prompts  # the shared benchmark prompts, when present
 
         return [text for _, text in prompts()]
     except Exception:

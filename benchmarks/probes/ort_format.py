@@ -1,10 +1,10 @@
 """The same bundle as ONNX graphs and as ORT-format graphs (``edge-spec package``): tokens, sizes, load, memory.
 
-    python benchmarks/ort_format.py [--bundle demo] [--prompts 20] [--tokens 32] [--threads 1] [--loads 3]
+    python benchmarks/probes/ort_format.py [--bundle demo] [--prompts 20] [--tokens 32] [--threads 1] [--loads 3]
                                     [--work DIR] [--out results/ort_format.json]
 
 Copies the bundle (the original is never touched), packages the copy for ONNX Runtime Mobile, then, for each
-format, in fresh processes: the greedy tokens of ``--prompts`` chat prompts (benchmarks/chat_prompts.py, the
+format, in fresh processes: the greedy tokens of ``--prompts`` chat prompts (benchmarks/lib/prompts.py, the
 model's chat template) x ``--tokens`` new tokens, plain decoding and speculative; the first-step logits of each
 prompt; ``Engine.load``'s wall time (the minimum over ``--loads`` processes) and the RSS it adds and its peak
 (VmHWM); the peak RSS of the whole run; bytes on disk. Prints a Markdown table and writes JSON.
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from chat_prompts import CHAT_PROMPTS, chat_messages  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks.lib.prompts import CHAT_PROMPTS, chat_messages  # noqa: E402
 
 CHILD = r"""
 import json, sys, time
