@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,12 +50,29 @@ class Layer:
 @dataclass
 class Decoder:
     """``embed`` [vocab, hidden] (an 8-bit symmetric QuantWeight is gathered and dequantized in the graph;
-    when ``lm_head is embed`` the head reads the same initializer), ``lm_head`` [vocab_out, hidden]."""
+    when ``lm_head is embed`` the head reads the same initializer), ``lm_head`` [vocab_out, hidden]; ``layers`` a
+    list, or a :class:`LazyLayers` that makes each layer when the writer reaches it."""
 
     embed: Weight
-    layers: list[Layer]
+    layers: Sequence[Layer]
     final_norm: np.ndarray
     lm_head: Weight
+
+
+class LazyLayers(Sequence):
+    """``n`` layers made by ``make(i)`` each time they are read (never kept): :func:`build_decoder` reads each once,
+    so a model's converted weights are in memory one layer at a time."""
+
+    def __init__(self, n: int, make: Callable[[int], Layer]) -> None:
+        self._n, self._make = n, make
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> Layer:  # type: ignore[override]
+        if not -self._n <= i < self._n:
+            raise IndexError(i)
+        return self._make(i % self._n)
 
 
 @dataclass(frozen=True)

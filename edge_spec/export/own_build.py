@@ -28,7 +28,7 @@ from edge_spec.bundle import SharedInitializer
 from edge_spec.errors import ExportError
 from edge_spec.export import arch_graph, gguf_quant, gguf_split
 from edge_spec.export import gguf as gguf_src
-from edge_spec.export.onnx_graph import EMBED_DATA, Decoder, GraphSpec, Layer, build_decoder
+from edge_spec.export.onnx_graph import EMBED_DATA, Decoder, GraphSpec, Layer, LazyLayers, build_decoder
 from edge_spec.export.weights import is_quant, is_split, take_rows, unpermute_qk
 from edge_spec.fetch import file_sha256
 
@@ -226,13 +226,14 @@ def gguf_decoder(m: gguf_src.GGUFModel, layers: int | None = None, kept: np.ndar
                  policy: Policy | None = None) -> tuple[Decoder, list[dict[str, Any]]]:
     """GGUF tensors -> :class:`Decoder` (first ``layers`` layers when given; LM head rows ``kept``).
 
-    ``policy`` (default: exact at accuracy_level 1) decides the encoding, see :class:`Policy`."""
+    ``policy`` (default: exact at accuracy_level 1) decides the encoding, see :class:`Policy`. The layers are
+    converted when the graph writer iterates them (``report`` grows then), so only one is in memory at a time."""
     report: list[dict[str, Any]] = []
     n_layers = int(m.config["num_hidden_layers"]) if layers is None else layers
     pol = policy or Policy()
     embed, head = _head_and_embedding(m, report, kept, pol)
-    out = []
-    for i in range(n_layers):
+
+    def layer(i: int) -> Layer:
         b = f"blk.{i}."
         try:
             q, k, v = _qkv(m, b, report, pol)
@@ -253,8 +254,10 @@ def gguf_decoder(m: gguf_src.GGUFModel, layers: int | None = None, kept: np.ndar
                     setattr(L, f"{nm}_bias", _f32(m, key))
         if m.qk_norm:
             L.q_norm, L.k_norm = _f32(m, b + "attn_q_norm.weight"), _f32(m, b + "attn_k_norm.weight")
-        out.append(L)
-    return Decoder(embed=embed, layers=out, final_norm=_f32(m, "output_norm.weight"), lm_head=head), report
+        return L
+
+    layers_ = LazyLayers(n_layers, layer)  # converted one at a time as the graph writer reaches them
+    return Decoder(embed=embed, layers=layers_, final_norm=_f32(m, "output_norm.weight"), lm_head=head), report
 
 
 def distilled_decoder(src: Source, bits: int | None, block_size: int, kept: np.ndarray | None = None,
