@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from edge_spec.errors import ExportError
+from edge_spec.export.graph_writer import GraphWriter, save_graph
 from edge_spec.export.onnx_graph import (
-    _G,
     Decoder,
     GraphSpec,
     Layer,
@@ -34,8 +34,8 @@ from edge_spec.export.onnx_graph import (
     _linear,
     _lm_head,
     _mlp,
+    kv_layout,
     prologue,
-    save_graph,
 )
 
 ARCH = "LlamaForCausalLMEagle3"
@@ -89,7 +89,7 @@ def build_eagle(w: EagleWeights, spec: GraphSpec, out_path: Path) -> Path:
     """Write the drafter graph ``out_path`` (+ external data; the embedding in its own shareable file)."""
     from onnx import TensorProto, helper
 
-    g = _G(out_path)
+    g = GraphWriter(out_path)
     seqlens, total = prologue(g, spec)
     eps = float(spec.rms_eps)
     lvl = spec.accuracy_level
@@ -121,7 +121,7 @@ def build_eagle(w: EagleWeights, spec: GraphSpec, out_path: Path) -> Path:
     ins = [helper.make_tensor_value_info("target_hidden", TensorProto.FLOAT16, [*seq, w.feature_dim]),
            helper.make_tensor_value_info("prev_hidden", f32, [*seq, spec.hidden])]
     outs = [helper.make_tensor_value_info("hidden_out", f32, [*seq, spec.hidden])]
-    return save_graph(g, spec, 1, int(vocab), out_path, extra_inputs=ins, extra_outputs=outs,
+    return save_graph(g, 1, int(vocab), out_path, kv_layout(spec), extra_inputs=ins, extra_outputs=outs,
                       name="edge_spec_eagle3")
 
 

@@ -13,15 +13,14 @@ dequantizes to exactly the source's values) or as float arrays ``[N, K]`` (HF ``
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from edge_spec.export import gguf_quant
+from edge_spec.export.graph_writer import GraphWriter, KVLayout, save_graph
 from edge_spec.export.weights import Weight, concat_rows, is_quant, is_split
 
 
@@ -102,6 +101,11 @@ class GraphSpec:
     feature_layers: tuple[int, ...] | None = None
 
 
+def kv_layout(spec: GraphSpec) -> KVLayout:
+    """The KV inputs' element type and shape of ``spec``'s graph."""
+    return KVLayout(spec.kv_dtype, spec.kv_heads, spec.head_dim)
+
+
 def rope_caches(spec: GraphSpec) -> tuple[np.ndarray, np.ndarray]:
     """cos/sin caches [max_context, head_dim / 2], float32, computed like transformers (float32 inv_freq)."""
     d = spec.head_dim
@@ -116,77 +120,7 @@ def rope_caches(spec: GraphSpec) -> tuple[np.ndarray, np.ndarray]:
     return np.cos(freqs).astype(np.float32), np.sin(freqs).astype(np.float32)
 
 
-EMBED_DATA = "embed.data"  # the embedding's own external-data file (identical bytes in target and drafter)
-EXTERNAL_MIN_BYTES = 1024  # smaller initializers stay inside model.onnx
-
-
-class _G:
-    """A small graph writer: nodes, initializers, unique names.
-
-    Given ``out_path`` (what :func:`save_graph` needs), initializers of 1 KiB or more are written to the graph's
-    external-data files as they are made (the embedding's ``embed.*`` to :data:`EMBED_DATA`, the rest to
-    ``<out_path>.data``) and only their places kept: the graph's weights are never held twice in memory."""
-
-    def __init__(self, out_path: Path | None = None) -> None:
-        self.nodes: list[Any] = []
-        self.inits: list[Any] = []
-        self._names: set[str] = set()
-        self.blocksums: dict[tuple[str, int], str] = {}  # (input, block) -> its block sums, shared by q/k/v etc.
-        self._files: dict[str, Any] = {}
-        self.out_path = out_path
-        if out_path is not None:
-            out_path.parent.mkdir(parents=True, exist_ok=True)
-            for f in (out_path.name + ".data", EMBED_DATA):
-                (out_path.parent / f).unlink(missing_ok=True)
-
-    def _external(self, t: Any) -> Any:
-        """``t`` (TensorProto) with its raw bytes appended to its external-data file, when large enough."""
-        from onnx.external_data_helper import set_external_data
-
-        if self.out_path is None or len(t.raw_data) < EXTERNAL_MIN_BYTES:
-            return t
-        loc = EMBED_DATA if t.name.startswith("embed.") else self.out_path.name + ".data"
-        if loc not in self._files:
-            self._files[loc] = open(self.out_path.parent / loc, "wb")  # noqa: SIM115 - closed by close()
-        f = self._files[loc]
-        offset = f.tell()
-        f.write(t.raw_data)
-        set_external_data(t, loc, offset, len(t.raw_data))
-        t.ClearField("raw_data")
-        return t
-
-    def close(self) -> None:
-        """Flush and close the external-data files (after the last initializer)."""
-        for f in self._files.values():
-            f.close()
-        self._files.clear()
-
-    def init(self, name: str, arr: np.ndarray) -> str:
-        from onnx import numpy_helper
-
-        if name not in self._names:
-            self._names.add(name)
-            self.inits.append(self._external(numpy_helper.from_array(np.ascontiguousarray(arr), name)))
-        return name
-
-    def add(self, inits: list[Any], nodes: list[Any]) -> None:
-        """Initializers (TensorProto) and nodes made elsewhere, e.g. by :func:`gguf_quant.gather_onnx`."""
-        for t in inits:
-            if t.name not in self._names:
-                self._names.add(t.name)
-                self.inits.append(self._external(t))
-        self.nodes.extend(nodes)
-
-    def node(self, op: str, inputs: list[str], name: str, n_out: int = 1, domain: str = "", outputs=None,
-             **attrs: Any) -> list[str]:
-        from onnx import helper
-
-        outs = outputs or [f"{name}/output_{i}" for i in range(n_out)]
-        self.nodes.append(helper.make_node(op, inputs, outs, name=name, domain=domain or None, **attrs))
-        return outs
-
-
-def _blocksum(g: _G, x: str, k: int, block: int) -> str:
+def _blocksum(g: GraphWriter, x: str, k: int, block: int) -> str:
     """[1, S, K] -> [1, S, K / block]: the sum of x over each block of ``block`` along K (once per input)."""
     key = (x, block)
     if key not in g.blocksums:
@@ -198,7 +132,7 @@ def _blocksum(g: _G, x: str, k: int, block: int) -> str:
     return g.blocksums[key]
 
 
-def _split_linear(g: _G, x: str, w: Weight, name: str, level: int, outputs: list[str] | None = None) -> str:
+def _split_linear(g: GraphWriter, x: str, w: Weight, name: str, level: int, outputs: list[str] | None = None) -> str:
     """y = x @ W^T for a SplitWeight: MatMulNBits(x; d*q, integer zero points) + blocksum(x) @ offsets^T."""
     d = _linear(g, x, w.base, f"{name}/MatMulNBits", level)
     mb = g.init(f"{name}.block_offsets", np.ascontiguousarray(w.offsets.T, dtype=np.float32))  # [K / block, N]
@@ -206,7 +140,7 @@ def _split_linear(g: _G, x: str, w: Weight, name: str, level: int, outputs: list
     return g.node("Add", [d, m], f"{name}/offsets/Add", outputs=outputs)[0]
 
 
-def _linear(g: _G, x: str, w: Weight, name: str, level: int) -> str:
+def _linear(g: GraphWriter, x: str, w: Weight, name: str, level: int) -> str:
     """y = x @ W^T for W [N, K]: MatMulNBits for a QuantWeight, MatMulNBits + block offsets for a SplitWeight,
     MatMul otherwise."""
     if is_split(w):
@@ -221,7 +155,7 @@ def _linear(g: _G, x: str, w: Weight, name: str, level: int) -> str:
     return g.node("MatMul", [x, g.init(f"{name}.weight", wt)], name)[0]
 
 
-def _embedding(g: _G, dec: Decoder) -> str:
+def _embedding(g: GraphWriter, dec: Decoder) -> str:
     e = dec.embed
     if getattr(e, "op", None) == "GatherDecode":  # float-offset blocks (Q4_K, Q4_1, ...): fp32(q * s) - t in graph
         inits, nodes = gguf_quant.gather_onnx(e, "embed", "input_ids", "/embed/output_0")
@@ -257,7 +191,7 @@ def _embedding(g: _G, dec: Decoder) -> str:
     return g.node("Gather", [g.init("embed.weight", arr.astype(np.float32)), "input_ids"], "/embed/Gather")[0]
 
 
-def _lm_head(g: _G, x: str, dec: Decoder, level: int, out: str = "logits") -> str:
+def _lm_head(g: GraphWriter, x: str, dec: Decoder, level: int, out: str = "logits") -> str:
     w = dec.lm_head
     if w is dec.embed and is_quant(w) and not hasattr(w, "op"):  # tied: the embedding's own blocks
         return g.node("MatMulNBits", [x, "embed.blocks", "embed.scales"], "/lm_head/MatMulNBits", outputs=[out],
@@ -275,7 +209,7 @@ def _lm_head(g: _G, x: str, dec: Decoder, level: int, out: str = "logits") -> st
     return g.node("MatMul", [x, g.init("lm_head.weight", wt)], "/lm_head/MatMul", outputs=[out])[0]
 
 
-def _head_norm(g: _G, x: str, w: np.ndarray, heads: int, spec: GraphSpec, name: str) -> str:
+def _head_norm(g: GraphWriter, x: str, w: np.ndarray, heads: int, spec: GraphSpec, name: str) -> str:
     """RMSNorm over each head's vector (Qwen3 q/k norm): [1, S, H*d] -> [1, S, H, d] -> norm -> back."""
     split = g.init(f"{name}.shape4", np.array([0, 0, heads, spec.head_dim], dtype=np.int64))
     flat = g.init(f"{name}.shape3", np.array([0, 0, heads * spec.head_dim], dtype=np.int64))
@@ -293,7 +227,7 @@ def _window(spec: GraphSpec, i: int) -> int:
     return int(spec.sliding_window)
 
 
-def _attention(g: _G, x: str, i: int, L: Layer, spec: GraphSpec, seqlens: str, total: str) -> str:
+def _attention(g: GraphWriter, x: str, i: int, L: Layer, spec: GraphSpec, seqlens: str, total: str) -> str:
     p = f"/model/layers.{i}/attn"
     lvl = spec.accuracy_level
     biases = [L.q_bias, L.k_bias, L.v_bias]
@@ -337,7 +271,7 @@ def _attention(g: _G, x: str, i: int, L: Layer, spec: GraphSpec, seqlens: str, t
     return _linear(g, att, L.o, f"{p}/o_proj", lvl)
 
 
-def _mlp(g: _G, x: str, i: int, L: Layer, spec: GraphSpec) -> str:
+def _mlp(g: GraphWriter, x: str, i: int, L: Layer, spec: GraphSpec) -> str:
     p = f"/model/layers.{i}/mlp"
     fused = concat_rows([L.gate, L.up]) if all(is_quant(w) or is_split(w) for w in (L.gate, L.up)) else None
     if fused is not None:  # one kernel launch instead of two; rows are independent, so this is exact
@@ -356,13 +290,13 @@ def _mlp(g: _G, x: str, i: int, L: Layer, spec: GraphSpec) -> str:
     return _linear(g, h, L.down, f"{p}/down_proj", spec.accuracy_level)
 
 
-def _rms(g: _G, x: str, w: np.ndarray, name: str, eps: float) -> str:
+def _rms(g: GraphWriter, x: str, w: np.ndarray, name: str, eps: float) -> str:
     """A plain RMSNorm of ``x`` [1, S, hidden] with weight ``w`` (Gemma's post-attention / post-MLP norms)."""
     return g.node("SimplifiedLayerNormalization", [x, g.init(f"{name}.weight", w.astype(np.float32))], f"/{name}",
                   epsilon=eps, axis=-1, stash_type=1)[0]
 
 
-def _features(g: _G, streams: list[str]) -> str:
+def _features(g: GraphWriter, streams: list[str]) -> str:
     """``hidden_states`` [1, S, len(streams) * hidden] float16: the residual streams side by side (fp16 halves the
     runtime's feature history; a drafter's input needs no more)."""
     cat = g.node("Concat", streams, "/features/Concat", axis=-1)[0] if len(streams) > 1 else streams[0]
@@ -371,7 +305,7 @@ def _features(g: _G, streams: list[str]) -> str:
 
 
 
-def prologue(g: _G, spec: GraphSpec) -> tuple[str, str]:
+def prologue(g: GraphWriter, spec: GraphSpec) -> tuple[str, str]:
     """Rotary caches and GroupQueryAttention's (seqlens_k, total_sequence_length) from ``attention_mask``."""
     cos, sin = rope_caches(spec)
     suffix = "_f16" if spec.kv_dtype == "float16" else ""
@@ -398,7 +332,7 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
     built on the same embedding hold byte-identical files the exporter can store once."""
     from onnx import TensorProto, helper
 
-    g = _G(out_path)
+    g = GraphWriter(out_path)
     seqlens, total = prologue(g, spec)
     h = _embedding(g, dec)
     if spec.embed_scale is not None:  # Gemma: embeddings times sqrt(hidden), in fp32 as transformers and GGML
@@ -444,40 +378,4 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
         extra_out.append(helper.make_tensor_value_info(
             "hidden_states", TensorProto.FLOAT16, ["batch_size", "sequence_length",
                                                    spec.hidden * len(spec.feature_layers)]))
-    return save_graph(g, spec, len(dec.layers), int(vocab_out), out_path, extra_outputs=extra_out)
-
-
-def save_graph(g: _G, spec: GraphSpec, n_layers: int, vocab_out: int, out_path: Path, extra_inputs: list | None = None,
-               extra_outputs: list | None = None, name: str = "edge_spec_decoder") -> Path:
-    """The decoder interface (input_ids, attention_mask, KV in / out, logits) plus ``extra_*`` value infos, saved
-    with external data (the embedding in :data:`EMBED_DATA`)."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    f32, i64 = TensorProto.FLOAT, TensorProto.INT64
-    kv_t = TensorProto.FLOAT16 if spec.kv_dtype == "float16" else f32
-    past = ["batch_size", spec.kv_heads, "past_sequence_length", spec.head_dim]
-    pres = ["batch_size", spec.kv_heads, "total_sequence_length", spec.head_dim]
-    inputs = [helper.make_tensor_value_info("input_ids", i64, ["batch_size", "sequence_length"]),
-              helper.make_tensor_value_info("attention_mask", i64, ["batch_size", "total_sequence_length"]),
-              *(extra_inputs or [])]
-    outputs = [helper.make_tensor_value_info("logits", f32, ["batch_size", "sequence_length", vocab_out]),
-               *(extra_outputs or [])]
-    for kind in ("key", "value"):
-        inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{kind}", kv_t, past) for i in range(n_layers)]
-        outputs += [helper.make_tensor_value_info(f"present.{i}.{kind}", kv_t, pres) for i in range(n_layers)]
-    graph = helper.make_graph(g.nodes, name, inputs, outputs, g.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
-                                                    helper.make_opsetid("com.microsoft", 1)],
-                              producer_name="edge-spec")
-    model.ir_version = 10
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    if g.out_path != out_path:
-        raise ValueError(f"the graph was written for {g.out_path}, not {out_path}")
-    g.close()  # every large initializer already sits in its external-data file
-    onnx.save_model(model, str(out_path))
-    mask = os.umask(0)
-    os.umask(mask)
-    for f in out_path.parent.glob("*.data"):  # onnx creates external data 0600; a bundle is meant to be shared
-        f.chmod(0o666 & ~mask)
-    return out_path
+    return save_graph(g, len(dec.layers), int(vocab_out), out_path, kv_layout(spec), extra_outputs=extra_out)

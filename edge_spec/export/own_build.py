@@ -28,7 +28,8 @@ from edge_spec.bundle import SharedInitializer
 from edge_spec.errors import ExportError
 from edge_spec.export import arch_graph, gguf_quant, gguf_split
 from edge_spec.export import gguf as gguf_src
-from edge_spec.export.onnx_graph import EMBED_DATA, Decoder, GraphSpec, Layer, LazyLayers, build_decoder
+from edge_spec.export.graph_writer import EMBED_DATA
+from edge_spec.export.onnx_graph import Decoder, GraphSpec, Layer, LazyLayers, build_decoder
 from edge_spec.export.weights import is_quant, is_split, take_rows, unpermute_qk
 from edge_spec.fetch import file_sha256
 

@@ -1,0 +1,132 @@
+"""Writing a decoder graph: nodes and initializers as they are made, the weights streamed to external data.
+
+:class:`GraphWriter` collects nodes and initializers; given the graph's path it appends each initializer of
+1 KiB or more to its external-data file at once (the embedding's ``embed.*`` to :data:`EMBED_DATA`, so two
+graphs built on one embedding hold byte-identical files), so a model's weights never sit in memory twice.
+:func:`save_graph` adds the decoder interface (input_ids, attention_mask, KV in / out, logits) and saves.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """The KV cache inputs / outputs: element type ("float32" | "float16"), KV heads, head size."""
+
+    dtype: str
+    heads: int
+    head_dim: int
+
+
+EMBED_DATA = "embed.data"  # the embedding's own external-data file (identical bytes in target and drafter)
+EXTERNAL_MIN_BYTES = 1024  # smaller initializers stay inside model.onnx
+
+
+class GraphWriter:
+    """A small graph writer: nodes, initializers, unique names.
+
+    Given ``out_path`` (what :func:`save_graph` needs), initializers of 1 KiB or more are written to the graph's
+    external-data files as they are made (the embedding's ``embed.*`` to :data:`EMBED_DATA`, the rest to
+    ``<out_path>.data``) and only their places kept: the graph's weights are never held twice in memory."""
+
+    def __init__(self, out_path: Path | None = None) -> None:
+        self.nodes: list[Any] = []
+        self.inits: list[Any] = []
+        self._names: set[str] = set()
+        self.blocksums: dict[tuple[str, int], str] = {}  # (input, block) -> its block sums, shared by q/k/v etc.
+        self._files: dict[str, Any] = {}
+        self.out_path = out_path
+        if out_path is not None:
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+            for f in (out_path.name + ".data", EMBED_DATA):
+                (out_path.parent / f).unlink(missing_ok=True)
+
+    def _external(self, t: Any) -> Any:
+        """``t`` (TensorProto) with its raw bytes appended to its external-data file, when large enough."""
+        from onnx.external_data_helper import set_external_data
+
+        if self.out_path is None or len(t.raw_data) < EXTERNAL_MIN_BYTES:
+            return t
+        loc = EMBED_DATA if t.name.startswith("embed.") else self.out_path.name + ".data"
+        if loc not in self._files:
+            self._files[loc] = open(self.out_path.parent / loc, "wb")  # noqa: SIM115 - closed by close()
+        f = self._files[loc]
+        offset = f.tell()
+        f.write(t.raw_data)
+        set_external_data(t, loc, offset, len(t.raw_data))
+        t.ClearField("raw_data")
+        return t
+
+    def close(self) -> None:
+        """Flush and close the external-data files (after the last initializer)."""
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+
+    def init(self, name: str, arr: np.ndarray) -> str:
+        from onnx import numpy_helper
+
+        if name not in self._names:
+            self._names.add(name)
+            self.inits.append(self._external(numpy_helper.from_array(np.ascontiguousarray(arr), name)))
+        return name
+
+    def add(self, inits: list[Any], nodes: list[Any]) -> None:
+        """Initializers (TensorProto) and nodes made elsewhere, e.g. by :func:`gguf_quant.gather_onnx`."""
+        for t in inits:
+            if t.name not in self._names:
+                self._names.add(t.name)
+                self.inits.append(self._external(t))
+        self.nodes.extend(nodes)
+
+    def node(self, op: str, inputs: list[str], name: str, n_out: int = 1, domain: str = "", outputs=None,
+             **attrs: Any) -> list[str]:
+        from onnx import helper
+
+        outs = outputs or [f"{name}/output_{i}" for i in range(n_out)]
+        self.nodes.append(helper.make_node(op, inputs, outs, name=name, domain=domain or None, **attrs))
+        return outs
+
+
+def save_graph(g: GraphWriter, n_layers: int, vocab_out: int, out_path: Path, kv: KVLayout,
+               extra_inputs: list | None = None, extra_outputs: list | None = None,
+               name: str = "edge_spec_decoder") -> Path:
+    """The decoder interface (input_ids, attention_mask, KV in / out, logits) plus ``extra_*`` value infos, saved
+    with external data (the embedding in :data:`EMBED_DATA`)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    f32, i64 = TensorProto.FLOAT, TensorProto.INT64
+    kv_t = TensorProto.FLOAT16 if kv.dtype == "float16" else f32
+    past = ["batch_size", kv.heads, "past_sequence_length", kv.head_dim]
+    pres = ["batch_size", kv.heads, "total_sequence_length", kv.head_dim]
+    inputs = [helper.make_tensor_value_info("input_ids", i64, ["batch_size", "sequence_length"]),
+              helper.make_tensor_value_info("attention_mask", i64, ["batch_size", "total_sequence_length"]),
+              *(extra_inputs or [])]
+    outputs = [helper.make_tensor_value_info("logits", f32, ["batch_size", "sequence_length", vocab_out]),
+               *(extra_outputs or [])]
+    for kind in ("key", "value"):
+        inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{kind}", kv_t, past) for i in range(n_layers)]
+        outputs += [helper.make_tensor_value_info(f"present.{i}.{kind}", kv_t, pres) for i in range(n_layers)]
+    graph = helper.make_graph(g.nodes, name, inputs, outputs, g.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
+                                                    helper.make_opsetid("com.microsoft", 1)],
+                              producer_name="edge-spec")
+    model.ir_version = 10
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    if g.out_path != out_path:
+        raise ValueError(f"the graph was written for {g.out_path}, not {out_path}")
+    g.close()  # every large initializer already sits in its external-data file
+    onnx.save_model(model, str(out_path))
+    mask = os.umask(0)
+    os.umask(mask)
+    for f in out_path.parent.glob("*.data"):  # onnx creates external data 0600; a bundle is meant to be shared
+        f.chmod(0o666 & ~mask)
+    return out_path
