@@ -83,12 +83,12 @@ def teacher_forced(target, head, prompts: list[list[int]], tokens: int, hidden_s
     else None)."""
     import torch
 
-    from edge_spec.distill.features import _aux_hooks
+    from edge_spec.distill.target import aux_hooks
 
     model = target.model
     answers = _answers(model, prompts, tokens, target.stop_ids)
     store: dict[int, torch.Tensor] = {}
-    handles = _aux_hooks(model, head.c.aux_layers, store)
+    handles = aux_hooks(model, head.c.aux_layers, store)
     try:
         for p, a in zip(prompts, answers):
             ids = torch.tensor([p + a])

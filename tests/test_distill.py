@@ -20,10 +20,11 @@ transformers = pytest.importorskip("transformers")
 from safetensors.torch import load_file  # noqa: E402
 
 from edge_spec.distill import DistillConfig, distill  # noqa: E402
-from edge_spec.distill.data import DataConfig, load_sequences  # noqa: E402
+from edge_spec.distill.data import DataConfig  # noqa: E402
 from edge_spec.distill.drafter import load_drafter, spread_layers  # noqa: E402
 from edge_spec.distill.materialize import full_checkpoint  # noqa: E402
 from edge_spec.distill.run import check_device  # noqa: E402
+from edge_spec.distill.sequence import load_sequences  # noqa: E402
 from edge_spec.distill.target import file_sha256, load_target  # noqa: E402
 from edge_spec.distill.train import TrainConfig  # noqa: E402
 from edge_spec.errors import EdgeSpecError  # noqa: E402
@@ -661,8 +662,9 @@ def test_bf16_generation_runs_the_decoder_in_bfloat16_and_the_head_in_float32(ti
 def test_generation_keeps_the_features_a_teacher_forced_pass_computes(tiny_target, tmp_path):
     """An EAGLE-3 run keeps the target's aux features as its text is written (left-padded batch, KV cache): they
     are the teacher-forced pass's features, and the run's feature pass then has nothing left to compute."""
-    from edge_spec.distill.data import Sequence, generate
+    from edge_spec.distill.data import generate
     from edge_spec.distill.features import FeatureWriter, extract_features
+    from edge_spec.distill.sequence import Sequence
     from edge_spec.distill.target import render
 
     t = load_target(tiny_target)

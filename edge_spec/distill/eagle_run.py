@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from edge_spec.distill.data import Sequence
 from edge_spec.distill.eagle import Eagle3Head, load_head, save_head
 from edge_spec.distill.eagle_train import (
     DEFAULT_DRAFT_VOCAB,
@@ -26,6 +25,7 @@ from edge_spec.distill.eagle_train import (
     train_head,
 )
 from edge_spec.distill.features import aux_scale, extract_features
+from edge_spec.distill.sequence import Sequence
 from edge_spec.errors import EdgeSpecError
 
 if TYPE_CHECKING:

@@ -29,10 +29,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from edge_spec.distill.data import EVAL_TEMPERATURE, Sequence
 from edge_spec.distill.eagle import Eagle3Config, Eagle3Head
 from edge_spec.distill.features import FeatureStore
 from edge_spec.distill.memory import TRIM_EVERY, release_freed
+from edge_spec.distill.sequence import EVAL_TEMPERATURE, Sequence
 from edge_spec.distill.train import REPLAN_EVERY
 
 

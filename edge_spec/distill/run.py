@@ -12,13 +12,14 @@ import torch
 
 from edge_spec.distill import ids as ids_mod
 from edge_spec.distill.card import render_card
-from edge_spec.distill.data import DataConfig, generate_data, generate_eval, load_sequences, shard_seconds
+from edge_spec.distill.data import DataConfig, generate_data, generate_eval, shard_seconds
 from edge_spec.distill.drafter import build_drafter, save_drafter, spread_layers
 from edge_spec.distill.eagle_run import prior_head, run_aux_layers, train_eagle
 from edge_spec.distill.eagle_train import EagleTrainConfig
 from edge_spec.distill.features import FeatureWriter
 from edge_spec.distill.memory import cap_primitive_cache
 from edge_spec.distill.prompts import read_prompt_file
+from edge_spec.distill.sequence import load_sequences
 from edge_spec.distill.target import load_target
 from edge_spec.distill.train import TrainConfig, train
 from edge_spec.errors import EdgeSpecError
@@ -102,7 +103,7 @@ def train_precision(precision: str, device: str) -> str:
     ``auto``: bf16 on a CPU that multiplies bfloat16 natively (a training step of the SmolLM2 head ran 1.9x faster,
     BENCHMARKS.md), fp32 elsewhere (a CPU without it would emulate bf16 slowly; GPUs keep today's fp32).
     It applies to the drafter's training steps and to the target's generation and feature passes
-    (``data.bf16_body``: ~1.6x the tokens and ~1.5x the feature positions per second, its LM head in fp32, so the
+    (``target.bf16_body``: ~1.6x the tokens and ~1.5x the feature positions per second, its LM head in fp32, so the
     teacher's logits carry no bfloat16 rounding of their own); held-out evaluations stay float32."""
     if precision not in ("auto", "fp32", "bf16"):
         raise EdgeSpecError(f"--precision '{precision}' is not known; use auto, fp32 or bf16.")
