@@ -698,7 +698,7 @@ def test_a_time_budget_holds_when_training_steps_slow_down(tiny_target, tmp_path
     was planned once from the first 5 steps)."""
     import time
 
-    from edge_spec.distill import eagle_train, ids
+    from edge_spec.distill import eagle_init, eagle_train, ids
     from edge_spec.distill.features import aux_scale, extract_features
 
     distill(replace(_config(tiny_target, tmp_path / "data", 1), data_only=True), _quiet)
@@ -707,8 +707,8 @@ def test_a_time_budget_holds_when_training_steps_slow_down(tiny_target, tmp_path
     aux = (1, 2, 4)
     store = extract_features(model, train_seqs + held, aux, tmp_path / "f", 48, _quiet, teacher_top_k=8)
     scale = aux_scale(store, len(aux))
-    kept = eagle_train.choose_vocab(train_seqs, model.config.vocab_size, 300)
-    head = eagle_train.init_head(model, eagle_train.head_config(model, aux, len(kept)), kept, scale)
+    kept = eagle_init.choose_vocab(train_seqs, model.config.vocab_size, 300)
+    head = eagle_init.init_head(model, eagle_init.head_config(model, aux, len(kept)), kept, scale)
     real, calls = eagle_train._loss, [0]
 
     def slower(*args, **kwargs):

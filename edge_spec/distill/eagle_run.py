@@ -16,7 +16,7 @@ import torch
 from edge_spec.distill.card import render_eagle_card
 from edge_spec.distill.config import DistillConfig, check_marker
 from edge_spec.distill.eagle import Eagle3Head, load_head, save_head
-from edge_spec.distill.eagle_train import (
+from edge_spec.distill.eagle_init import (
     DEFAULT_DRAFT_VOCAB,
     choose_vocab,
     fold_scale,
@@ -24,8 +24,8 @@ from edge_spec.distill.eagle_train import (
     head_config,
     init_head,
     resize_mlp,
-    train_head,
 )
+from edge_spec.distill.eagle_train import train_head
 from edge_spec.distill.features import aux_scale, extract_features
 from edge_spec.distill.sequence import Sequence
 from edge_spec.errors import EdgeSpecError
