@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
 __all__ = ["Engine", "EdgeSpecError", "__version__"]
 
 from edge_spec.errors import EdgeSpecError
+from edge_spec.version import __version__
 
 if TYPE_CHECKING:
     from edge_spec.runtime.engine import Engine

@@ -20,11 +20,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import edge_spec
 from edge_spec.bundle import MANIFEST_NAME, SCHEMA_VERSION
 from edge_spec.errors import EdgeSpecError
 from edge_spec.fetch import ModelFile, fetch_model, require_cached
 from edge_spec.pairs import DEMO, PAIRS, Pair
+from edge_spec.version import __version__
 
 DEMO_NAME = DEMO.name
 PAIR_NAMES = tuple(PAIRS)
@@ -72,7 +72,7 @@ def pair_key(pair: Pair, paths: dict[str, Path]) -> str:
     """Hash of the target's sha256, the export arguments, the drafter (a fetched file's name and sha256, or a
     committed drafter's files: names + bytes), the answers files (names + bytes) and the versions that shape the
     export. For the demo this is the formula of every earlier release, so existing demo caches stay valid."""
-    h = hashlib.sha256(f"{edge_spec.__version__}/{SCHEMA_VERSION}/{pair.target.sha256}/{pair.export_args}".encode())
+    h = hashlib.sha256(f"{__version__}/{SCHEMA_VERSION}/{pair.target.sha256}/{pair.export_args}".encode())
     if isinstance(pair.drafter, ModelFile):
         h.update(f"drafter/{pair.drafter.filename}/{pair.drafter.sha256}".encode())
         files = []

@@ -25,7 +25,7 @@ def _key() -> str:
     for role in ("target", "drafter"):
         h.update(checkpoint_sha256(DEMO / role).encode())
         h.update((DEMO / role / "tokenizer.json").read_bytes())
-    for src in sorted((ROOT / "edge_spec" / "export").glob("*.py")) + [ROOT / "edge_spec" / "bundle.py"]:
+    for src in [p for part in ("export", "bundle") for p in sorted((ROOT / "edge_spec" / part).glob("*.py"))]:
         h.update(src.read_bytes())
     return h.hexdigest()[:16]
 

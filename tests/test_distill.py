@@ -20,10 +20,11 @@ transformers = pytest.importorskip("transformers")
 from safetensors.torch import load_file  # noqa: E402
 
 from edge_spec.distill import DistillConfig, distill  # noqa: E402
-from edge_spec.distill.data import DataConfig, load_sequences  # noqa: E402
+from edge_spec.distill.data import DataConfig  # noqa: E402
 from edge_spec.distill.drafter import load_drafter, spread_layers  # noqa: E402
 from edge_spec.distill.materialize import full_checkpoint  # noqa: E402
 from edge_spec.distill.run import check_device  # noqa: E402
+from edge_spec.distill.sequence import load_sequences  # noqa: E402
 from edge_spec.distill.target import file_sha256, load_target  # noqa: E402
 from edge_spec.distill.train import TrainConfig  # noqa: E402
 from edge_spec.errors import EdgeSpecError  # noqa: E402
@@ -661,8 +662,9 @@ def test_bf16_generation_runs_the_decoder_in_bfloat16_and_the_head_in_float32(ti
 def test_generation_keeps_the_features_a_teacher_forced_pass_computes(tiny_target, tmp_path):
     """An EAGLE-3 run keeps the target's aux features as its text is written (left-padded batch, KV cache): they
     are the teacher-forced pass's features, and the run's feature pass then has nothing left to compute."""
-    from edge_spec.distill.data import Sequence, generate
+    from edge_spec.distill.data import generate
     from edge_spec.distill.features import FeatureWriter, extract_features
+    from edge_spec.distill.sequence import Sequence
     from edge_spec.distill.target import render
 
     t = load_target(tiny_target)
@@ -696,7 +698,7 @@ def test_a_time_budget_holds_when_training_steps_slow_down(tiny_target, tmp_path
     was planned once from the first 5 steps)."""
     import time
 
-    from edge_spec.distill import eagle_train, ids
+    from edge_spec.distill import eagle_init, eagle_train, ids
     from edge_spec.distill.features import aux_scale, extract_features
 
     distill(replace(_config(tiny_target, tmp_path / "data", 1), data_only=True), _quiet)
@@ -705,8 +707,8 @@ def test_a_time_budget_holds_when_training_steps_slow_down(tiny_target, tmp_path
     aux = (1, 2, 4)
     store = extract_features(model, train_seqs + held, aux, tmp_path / "f", 48, _quiet, teacher_top_k=8)
     scale = aux_scale(store, len(aux))
-    kept = eagle_train.choose_vocab(train_seqs, model.config.vocab_size, 300)
-    head = eagle_train.init_head(model, eagle_train.head_config(model, aux, len(kept)), kept, scale)
+    kept = eagle_init.choose_vocab(train_seqs, model.config.vocab_size, 300)
+    head = eagle_init.init_head(model, eagle_init.head_config(model, aux, len(kept)), kept, scale)
     real, calls = eagle_train._loss, [0]
 
     def slower(*args, **kwargs):

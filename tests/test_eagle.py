@@ -67,7 +67,7 @@ def test_training_chain_equals_the_runtime_incremental_steps():
 
 
 def test_resize_mlp_widens_without_changing_the_head_and_narrows_to_its_strongest_units():
-    from edge_spec.distill.eagle_train import resize_mlp
+    from edge_spec.distill.eagle_init import resize_mlp
 
     head = random_head(_config()).eval()
     g = torch.Generator().manual_seed(2)
@@ -93,7 +93,7 @@ def test_grow_vocab_keeps_every_kept_tokens_logit_and_starts_new_rows_at_the_tar
     """A head's vocabulary grown by ids it lacked: d2t stays ascending and t2d covers both sets; at every position
     and depth each kept token's logit is what it was, and each new token's row is the mean of the trained rows (it
     scores the mean logit, so the grown head drafts what the head did)."""
-    from edge_spec.distill.eagle_train import grow_vocab
+    from edge_spec.distill.eagle_init import grow_vocab
 
     head = random_head(_config()).eval()
     lacked = np.flatnonzero(~head.t2d.numpy())

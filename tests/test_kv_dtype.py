@@ -64,7 +64,7 @@ def test_manifest_and_plan_count_fp16_kv(pair: dict[str, Path]) -> None:
 def test_old_manifests_without_kv_dtype_load() -> None:
     q = asdict(Quantization("int4", 32, 4))
     q.pop("kv_dtype")
-    from edge_spec.bundle import _build
+    from edge_spec.bundle.read import _build
 
     assert _build(Quantization, q, "target.quantization").kv_cache_dtype == "float32"
 

@@ -206,7 +206,7 @@ PROMPT = [5, 9, 13]
 
 def _answers(path: Path, seqs: list[list[int]], prompt_len: int, sha: str) -> Path:
     from edge_spec.distill import ids
-    from edge_spec.distill.data import Sequence
+    from edge_spec.distill.sequence import Sequence
 
     empty = np.zeros((0, 0), np.int32)
     train = [Sequence(np.asarray(s, np.int32), prompt_len, 0.0, empty, empty.astype(np.float16),

@@ -47,8 +47,8 @@ def test_exchanges_keep_english_first_messages_once_and_never_a_benchmark_prompt
 def test_exclude_leaves_out_the_prompts_an_answers_file_already_answered(tmp_path: Path) -> None:
     import numpy as np
 
-    from edge_spec.distill.data import Sequence
     from edge_spec.distill.ids import pack
+    from edge_spec.distill.sequence import Sequence
 
     sg = _module()
     prompts = ["<|user|>How do tides work on a lake?<|assistant|>", "<|user|>Name three rivers.<|assistant|>"]

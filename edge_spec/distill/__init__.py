@@ -13,6 +13,7 @@ Stages, each resumable from DRAFTER_DIR:
 
 from __future__ import annotations
 
-from edge_spec.distill.run import DistillConfig, distill
+from edge_spec.distill.config import DistillConfig
+from edge_spec.distill.run import distill
 
 __all__ = ["DistillConfig", "distill"]

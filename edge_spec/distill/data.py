@@ -15,12 +15,8 @@ The work is a deterministic list of *jobs* (one batch of prompts each), written 
   a follow-up question on the conversations of the job before it (multi-turn text).
 
 A shard is written atomically, so an interrupted run resumes at the first missing shard and produces
-the same shards as an uninterrupted one (each job seeds its own generator).
-
-Shard arrays (n sequences, R generated positions in total, k = top-k):
-``tokens`` int32 [sum of lengths] prompt+answer ids, ``seq_off`` int64 [n+1], ``prompt_len`` int32 [n],
-``temp`` float32 [n], ``heldout`` bool [n], ``topk_ids`` int32 [R, k], ``topk_logits`` float16 [R, k],
-``lse`` float32 [R, 2] (logsumexp of the logits at T = 1 and at T = 0.7).
+the same shards as an uninterrupted one (each job seeds its own generator). The shard arrays are
+``sequence.py``'s.
 """
 
 from __future__ import annotations
@@ -29,8 +25,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,13 +35,13 @@ import torch
 
 from edge_spec.distill import prompts as P
 from edge_spec.distill.memory import release_freed
-from edge_spec.distill.target import Target, render
+from edge_spec.distill.sequence import EVAL_TEMPERATURE, write_shard
+from edge_spec.distill.target import Target, aux_hooks, bf16_body, render
 
 if TYPE_CHECKING:
     from edge_spec.distill.features import FeatureWriter
 
 TEMPERATURES = (0.0, 0.7, 1.0)
-EVAL_TEMPERATURE = 0.7  # the second logsumexp column; the T=0.7 acceptance is measured with it
 
 
 @dataclass(frozen=True)
@@ -69,36 +64,6 @@ class DataConfig:
     bf16: bool = False  # the target's matmuls under bfloat16 autocast while it writes (run.train_precision)
 
 
-@contextmanager
-def bf16_body(model: torch.nn.Module, enabled: bool) -> Iterator[None]:
-    """Run ``model``'s decoder matmuls under bfloat16 autocast and its LM head in float32.
-
-    Why: on a CPU that multiplies bfloat16 natively, batched generation is ~1.6x faster (BENCHMARKS.md, "Writing
-    the data in bfloat16"), and its greedy text agrees with float32's about as often as the exported graph's does;
-    the head stays float32 so the logits (the teacher's top-k and logsumexp kept with the text) carry no bfloat16
-    rounding of their own (~0.1 at a logit of 30). The residual stream stays float32 under autocast."""
-    if not enabled:
-        yield
-        return
-    head = model.get_output_embeddings()
-    forward = head.forward
-    own = "forward" in vars(head)  # already an instance attribute (e.g. an accelerate hook): put it back after
-
-    def fp32_forward(x: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(x.device.type, enabled=False):
-            return forward(x.float())
-
-    head.forward = fp32_forward  # an instance attribute over the class's method, removed below
-    try:
-        with torch.autocast(next(model.parameters()).device.type, torch.bfloat16):
-            yield
-    finally:
-        if own:
-            head.forward = forward
-        else:
-            del head.forward
-
-
 @torch.no_grad()
 def generate(model: torch.nn.Module, prompts: list[list[int]], temperature: float, max_new: int,
              stop_ids: tuple[int, ...], top_k: int, seed: int, pad_id: int,
@@ -106,13 +71,11 @@ def generate(model: torch.nn.Module, prompts: list[list[int]], temperature: floa
     """Continue each prompt; return per sequence its answer ids [L] and teacher top-k / logsumexp [L, ...].
 
     The answer ends with (and includes) the first stop token, or after ``max_new`` tokens. ``bf16``: the
-    decoder's matmuls in bfloat16 (:func:`bf16_body`). ``aux``: also return ``features`` float16 [P + L, n_aux *
-    hidden], the residual streams entering those layers (``features._aux_hooks``) at every prompt and answer
+    decoder's matmuls in bfloat16 (``target.bf16_body``). ``aux``: also return ``features`` float16 [P + L, n_aux *
+    hidden], the residual streams entering those layers (``target.aux_hooks``) at every prompt and answer
     position, as the writing computed them — an EAGLE-3 run then needs no feature pass over this text."""
-    from edge_spec.distill.features import _aux_hooks  # features.py imports this module
-
     store: dict[int, torch.Tensor] = {}
-    handles = _aux_hooks(model, aux, store) if aux else []
+    handles = aux_hooks(model, aux, store) if aux else []
     try:
         with bf16_body(model, bf16):
             return _generate(model, prompts, temperature, max_new, stop_ids, top_k, seed, pad_id,
@@ -176,26 +139,6 @@ def _generate(model: torch.nn.Module, prompts: list[list[int]], temperature: flo
     return results
 
 
-def _write_shard(path: Path, prompt_ids: list[list[int]], results: list[dict[str, np.ndarray]], temp: float,
-                 heldout: list[bool], convs: list[dict], seconds: float, precision: str) -> None:
-    seqs = [np.concatenate([np.asarray(p, np.int32), r["answer"]]) for p, r in zip(prompt_ids, results)]
-    arrays = {
-        "tokens": np.concatenate(seqs).astype(np.int32),
-        "seq_off": np.concatenate([[0], np.cumsum([len(s) for s in seqs])]).astype(np.int64),
-        "prompt_len": np.asarray([len(p) for p in prompt_ids], np.int32),
-        "temp": np.full(len(seqs), temp, np.float32),
-        "heldout": np.asarray(heldout, bool),
-        "topk_ids": np.concatenate([r["topk_ids"] for r in results]),
-        "topk_logits": np.concatenate([r["topk_logits"] for r in results]),
-        "lse": np.concatenate([r["lse"] for r in results]),
-    }
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, **arrays)
-    side = {"conversations": convs, "seconds": round(seconds, 2), "temperature": temp, "precision": precision}
-    path.with_suffix(".json").write_text(json.dumps(side) + "\n")
-    os.replace(tmp, path)  # the .npz appears last: its presence means the shard is complete
-
-
 def _pad_id(target: Target) -> int:
     """The id generation pads prompts with: the tokenizer's pad token, else the first stop token."""
     pad = target.tokenizer.pad_token_id
@@ -226,7 +169,7 @@ def _run_job(target: Target, cfg: DataConfig, path: Path, convs: list[dict], tem
         out_convs.append({"messages": c["messages"], "answer": text, "heldout": c["heldout"]})
     release_freed()  # the batch's KV cache, grown by concatenation, leaves a fragmented heap
     seconds = time.time() - t0
-    _write_shard(path, [ids for _, ids in keep], results, temp, [c["heldout"] for c, _ in keep], out_convs, seconds,
+    write_shard(path, [ids for _, ids in keep], results, temp, [c["heldout"] for c, _ in keep], out_convs, seconds,
                  "bf16" if cfg.bf16 else "fp32")
     return seconds
 
@@ -394,33 +337,3 @@ def generate_eval(target: Target, cfg: DataConfig, data_dir: Path, log: Callable
             log(f"data: {path.name} (T={temp}, {len(convs)} held-out prompts) written in {sec:.0f}s")
         paths.append(path)
     return paths
-
-
-@dataclass
-class Sequence:
-    """One training/eval sequence: ids [L], where the answer starts, teacher targets for answer positions."""
-
-    ids: np.ndarray  # int32 [L]
-    prompt_len: int
-    temp: float
-    topk_ids: np.ndarray  # int32 [L - prompt_len, k]; row t = p(. | ids[:prompt_len + t])
-    topk_logits: np.ndarray  # float16 [L - prompt_len, k]
-    lse: np.ndarray  # float32 [L - prompt_len, 2]
-
-
-def load_sequences(shards: list[Path]) -> tuple[list[Sequence], list[Sequence]]:
-    """(train, heldout) sequences from the shards, in shard order."""
-    train, held = [], []
-    for path in shards:
-        z = np.load(path)
-        off, r = z["seq_off"], 0
-        for i in range(len(z["prompt_len"])):
-            ids = z["tokens"][off[i]:off[i + 1]]
-            pl = int(z["prompt_len"][i])
-            n = len(ids) - pl
-            seq = Sequence(ids, pl, round(float(z["temp"][i]), 4), z["topk_ids"][r:r + n], z["topk_logits"][r:r + n],
-                           z["lse"][r:r + n])
-            r += n
-            if n > 0:
-                (held if z["heldout"][i] else train).append(seq)
-    return train, held

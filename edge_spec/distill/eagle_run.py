@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from edge_spec.distill.data import Sequence
+from edge_spec.distill.card import render_eagle_card
+from edge_spec.distill.config import DistillConfig, check_marker
 from edge_spec.distill.eagle import Eagle3Head, load_head, save_head
-from edge_spec.distill.eagle_train import (
+from edge_spec.distill.eagle_init import (
     DEFAULT_DRAFT_VOCAB,
     choose_vocab,
     fold_scale,
@@ -23,13 +24,13 @@ from edge_spec.distill.eagle_train import (
     head_config,
     init_head,
     resize_mlp,
-    train_head,
 )
+from edge_spec.distill.eagle_train import train_head
 from edge_spec.distill.features import aux_scale, extract_features
+from edge_spec.distill.sequence import Sequence
 from edge_spec.errors import EdgeSpecError
 
 if TYPE_CHECKING:
-    from edge_spec.distill.run import DistillConfig
     from edge_spec.distill.target import Target
 
 
@@ -59,9 +60,6 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
     ``teacher_top_k``: the sequences carry ids only; the feature pass fills their teacher targets.
     ``prior``: the head of ``cfg.init_from`` (:func:`prior_head`), to start from (its draft vocabulary and weights)
     instead of the target's layers."""
-    from edge_spec.distill.card import render_eagle_card
-    from edge_spec.distill.run import check_marker
-
     t_start = time.time()
     model = target.model
     n = model.config.num_hidden_layers

@@ -22,9 +22,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edge_spec.distill.data import Sequence, bf16_body
 from edge_spec.distill.ids import fill_teacher, teacher_targets
 from edge_spec.distill.memory import release_freed
+from edge_spec.distill.sequence import Sequence
+from edge_spec.distill.target import aux_hooks, bf16_body
 from edge_spec.export.destination import process_alive
 
 _KEY = 16  # bytes of a sequence's hash
@@ -134,7 +135,7 @@ def extract_features(model: torch.nn.Module, seqs: list[Sequence], aux: tuple[in
     (the data changed); a ``shared`` one (``--features DIR``) keeps every segment, for later runs on any mix of
     the same data. The rest is computed in segments of ~``chunk_positions`` positions, each kept as soon as it is
     done (an interrupted pass resumes after the last one). ``bf16``: the target's decoder matmuls under bfloat16
-    autocast with its LM head in float32 (``data.bf16_body``), as the text's writing runs them."""
+    autocast with its LM head in float32 (``target.bf16_body``), as the text's writing runs them."""
     ns = _namespace(aux, max_len, target_sha256)
     dim = model.config.hidden_size * len(aux)
     lens = np.array([min(len(s.ids), max_len) for s in seqs], np.int64)
@@ -219,7 +220,7 @@ def _compute_segment(model: torch.nn.Module, seqs: list[Sequence], keys: np.ndar
     mm = np.memmap(tmp, dtype=np.float16, mode="w+", shape=(int(offsets[-1]), dim))
     order = np.argsort(-lens, kind="stable")
     store: dict[int, torch.Tensor] = {}
-    handles = _aux_hooks(model, aux, store)
+    handles = aux_hooks(model, aux, store)
     done, total, t0 = progress
     shown = time.time()
     dev = next(model.parameters()).device
@@ -255,18 +256,6 @@ def _compute_segment(model: torch.nn.Module, seqs: list[Sequence], keys: np.ndar
         _save_teacher(stem, teacher_top_k, seqs)
     _write_index(stem, keys, offsets[:-1])
     return stem
-
-
-def _aux_hooks(model: torch.nn.Module, aux: tuple[int, ...], store: dict[int, torch.Tensor]) -> list:
-    """Hooks that put the residual stream entering layer j (j = 0: the embeddings) into ``store[j]``."""
-    handles = []
-    for j in aux:
-        mod = model.model.embed_tokens if j == 0 else model.model.layers[j - 1]
-
-        def hook(_m, _inp, out, j=j):
-            store[j] = out[0] if isinstance(out, tuple) else out
-        handles.append(mod.register_forward_hook(hook))
-    return handles
 
 
 def _tmp(path: Path) -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edge_spec.distill.data import EVAL_TEMPERATURE, Sequence
+from edge_spec.distill.sequence import EVAL_TEMPERATURE, Sequence
 from edge_spec.errors import EdgeSpecError
 
 FORMAT = "edge-spec-answers/1"

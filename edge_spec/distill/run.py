@@ -5,60 +5,25 @@ from __future__ import annotations
 import json
 import platform
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 
 from edge_spec.distill import ids as ids_mod
 from edge_spec.distill.card import render_card
-from edge_spec.distill.data import DataConfig, generate_data, generate_eval, load_sequences, shard_seconds
+from edge_spec.distill.config import DistillConfig, answer_files, check_marker
+from edge_spec.distill.data import generate_data, generate_eval, shard_seconds
 from edge_spec.distill.drafter import build_drafter, save_drafter, spread_layers
 from edge_spec.distill.eagle_run import prior_head, run_aux_layers, train_eagle
 from edge_spec.distill.eagle_train import EagleTrainConfig
 from edge_spec.distill.features import FeatureWriter
 from edge_spec.distill.memory import cap_primitive_cache
 from edge_spec.distill.prompts import read_prompt_file
+from edge_spec.distill.sequence import load_sequences
 from edge_spec.distill.target import load_target
-from edge_spec.distill.train import TrainConfig, train
+from edge_spec.distill.train import train
 from edge_spec.errors import EdgeSpecError
-
-
-@dataclass(frozen=True)
-class DistillConfig:
-    """Everything ``edge-spec distill`` does; ``minutes`` is the wall budget of data generation + training."""
-
-    target: Path
-    out: Path
-    minutes: float | None = None
-    data_share: float = 0.4  # of ``minutes``, for data generation (training gets what is left)
-    prompts_file: Path | None = None
-    device: str = "cpu"
-    seed: int = 0
-    kind: str = "layers"  # "layers": N of the target's layers | "eagle3": one layer on the target's features
-    layers: int = 2
-    aux_layers: tuple[int, ...] | None = None  # eagle3: which residual streams it reads (default 2, L/2, L)
-    # train on these target-written ids (answers.npz files, merged without repeats) instead of generating
-    answers: Path | tuple[Path, ...] | None = None
-    layers_from: tuple[int, ...] | None = None  # target layers to start from; default: evenly spaced
-    init_from: Path | None = None  # eagle3: start from this saved head (its vocabulary and weights)
-    features: Path | None = None  # eagle3: keep and reuse the target's features here (default out/features)
-    threads: int | None = None
-    precision: str = "auto"  # the drafter's training matmuls: auto | fp32 | bf16 (see train_precision)
-    data_only: bool = False
-    command: str | None = None  # how this run was started, for the model card
-    data: DataConfig = field(default_factory=DataConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    eagle: EagleTrainConfig = field(default_factory=EagleTrainConfig)
-
-
-def answer_files(answers: Path | str | tuple[Path, ...] | list[Path] | None) -> tuple[Path, ...]:
-    """``DistillConfig.answers`` as a tuple of paths (one file, several, or none)."""
-    if answers is None:
-        return ()
-    if isinstance(answers, (str, Path)):
-        return (Path(answers),)
-    return tuple(Path(a) for a in answers)
 
 
 def check_device(device: str) -> str:
@@ -69,21 +34,6 @@ def check_device(device: str) -> str:
         raise EdgeSpecError("--device cuda was given but this torch build sees no CUDA GPU; use --device cpu or "
                             "install a CUDA build of torch.")
     return device
-
-
-def check_marker(marker: Path, meta: dict, out: Path) -> None:
-    """A DRAFTER_DIR is bound to one target and data config (``distill.json``), and each kind of drafter
-    trained in it to one shape (its checkpoint directory's ``train.json``): resuming with others would mix
-    two runs. Keys a marker has that ``meta`` lacks are not compared (a data-only run, a newer field)."""
-    if marker.exists():
-        old = json.loads(marker.read_text())
-        diff = sorted(k for k in meta if old.get(k, meta[k]) != meta[k])
-        if diff:
-            raise EdgeSpecError(f"'{out}' holds a distill run with other settings ({', '.join(diff)}); pass a new "
-                                "--out directory or delete this one.")
-    else:
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(json.dumps(meta, indent=2) + "\n")
 
 
 def cpu_has_bf16() -> bool:
@@ -102,7 +52,7 @@ def train_precision(precision: str, device: str) -> str:
     ``auto``: bf16 on a CPU that multiplies bfloat16 natively (a training step of the SmolLM2 head ran 1.9x faster,
     BENCHMARKS.md), fp32 elsewhere (a CPU without it would emulate bf16 slowly; GPUs keep today's fp32).
     It applies to the drafter's training steps and to the target's generation and feature passes
-    (``data.bf16_body``: ~1.6x the tokens and ~1.5x the feature positions per second, its LM head in fp32, so the
+    (``target.bf16_body``: ~1.6x the tokens and ~1.5x the feature positions per second, its LM head in fp32, so the
     teacher's logits carry no bfloat16 rounding of their own); held-out evaluations stay float32."""
     if precision not in ("auto", "fp32", "bf16"):
         raise EdgeSpecError(f"--precision '{precision}' is not known; use auto, fp32 or bf16.")

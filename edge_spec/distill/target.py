@@ -3,11 +3,17 @@
 transformers dequantizes a GGUF file to fp32 on load (needs the ``gguf`` and ``accelerate`` packages),
 so the drafter learns from the target's real weights as the GGUF holds them. The tokenizer and its
 chat template come from the same file.
+
+How distillation runs the loaded model, the same when it writes text (``data.py``) and when it recomputes
+features (``features.py``): :func:`bf16_body` (its decoder in bfloat16, its LM head in float32) and
+:func:`aux_hooks` (the residual streams an EAGLE-3 head reads, taken as the forward pass runs).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,3 +100,46 @@ def render(tok, messages: list[dict[str, str]], add_generation_prompt: bool = Tr
     if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # transformers 5 may return a BatchEncoding
         ids = ids["input_ids"]
     return [int(i) for i in ids]
+
+
+@contextmanager
+def bf16_body(model: torch.nn.Module, enabled: bool) -> Iterator[None]:
+    """Run ``model``'s decoder matmuls under bfloat16 autocast and its LM head in float32.
+
+    Why: on a CPU that multiplies bfloat16 natively, batched generation is ~1.6x faster (BENCHMARKS.md, "Writing
+    the data in bfloat16"), and its greedy text agrees with float32's about as often as the exported graph's does;
+    the head stays float32 so the logits (the teacher's top-k and logsumexp kept with the text) carry no bfloat16
+    rounding of their own (~0.1 at a logit of 30). The residual stream stays float32 under autocast."""
+    if not enabled:
+        yield
+        return
+    head = model.get_output_embeddings()
+    forward = head.forward
+    own = "forward" in vars(head)  # already an instance attribute (e.g. an accelerate hook): put it back after
+
+    def fp32_forward(x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            return forward(x.float())
+
+    head.forward = fp32_forward  # an instance attribute over the class's method, removed below
+    try:
+        with torch.autocast(next(model.parameters()).device.type, torch.bfloat16):
+            yield
+    finally:
+        if own:
+            head.forward = forward
+        else:
+            del head.forward
+
+
+def aux_hooks(model: torch.nn.Module, aux: tuple[int, ...], store: dict[int, torch.Tensor]) -> list:
+    """Hooks that put the residual stream entering layer j (j = 0: the embeddings) into ``store[j]`` ([B, S, hidden]
+    at each forward pass); the caller removes them."""
+    handles = []
+    for j in aux:
+        mod = model.model.embed_tokens if j == 0 else model.model.layers[j - 1]
+
+        def hook(_m, _inp, out, j=j):
+            store[j] = out[0] if isinstance(out, tuple) else out
+        handles.append(mod.register_forward_hook(hook))
+    return handles

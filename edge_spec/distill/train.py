@@ -27,9 +27,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from edge_spec.distill.data import EVAL_TEMPERATURE, Sequence
 from edge_spec.distill.drafter import trainable_state
 from edge_spec.distill.memory import TRIM_EVERY, release_freed
+from edge_spec.distill.sequence import EVAL_TEMPERATURE, Sequence
 
 REPLAN_EVERY = 50  # training steps between re-plans of a time-budgeted run's step count
 

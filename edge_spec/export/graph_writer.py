@@ -3,17 +3,23 @@
 :class:`GraphWriter` collects nodes and initializers; given the graph's path it appends each initializer of
 1 KiB or more to its external-data file at once (the embedding's ``embed.*`` to :data:`EMBED_DATA`, so two
 graphs built on one embedding hold byte-identical files), so a model's weights never sit in memory twice.
-:func:`save_graph` adds the decoder interface (input_ids, attention_mask, KV in / out, logits) and saves.
+:func:`save_graph` adds the decoder interface (input_ids, attention_mask, KV in / out, logits) and saves;
+:func:`share_embedding` keeps one copy of two graphs' identical embedding files, :func:`shared_initializers`
+lists what the runtime then maps once for both sessions.
 """
 
 from __future__ import annotations
 
+import filecmp
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from edge_spec.bundle import SharedInitializer
 
 
 @dataclass(frozen=True)
@@ -130,3 +136,47 @@ def save_graph(g: GraphWriter, n_layers: int, vocab_out: int, out_path: Path, kv
     for f in out_path.parent.glob("*.data"):  # onnx creates external data 0600; a bundle is meant to be shared
         f.chmod(0o666 & ~mask)
     return out_path
+
+
+def share_embedding(target_dir: Path, drafter_dir: Path, say: Any) -> dict[str, Any] | None:
+    """Target and drafter built on the same embedding hold byte-identical embed.data files: keep one on disk
+    (a hard link; a copy where the file system has none). ONNX Runtime refuses external-data paths with '..',
+    so each graph keeps a file of that name next to it."""
+    a, b = target_dir / EMBED_DATA, drafter_dir / EMBED_DATA
+    if not (a.is_file() and b.is_file() and filecmp.cmp(a, b, shallow=False)):
+        return None
+    b.unlink()
+    try:
+        os.link(a, b)
+        linked = True
+    except OSError:
+        shutil.copy2(a, b)
+        linked = False
+    say(f"[share] the drafter's embedding is the target's ({a.stat().st_size / 1e6:.1f} MB, "
+        f"{'stored once (hard link)' if linked else 'copied: no hard links on this file system'})")
+    return {"file": EMBED_DATA, "bytes": a.stat().st_size, "hard_link": linked}
+
+
+_ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 7: "int64", 10: "float16"}
+
+
+def shared_initializers(root: Path, roles: tuple[str, str] = ("target", "drafter")) -> list[SharedInitializer]:
+    """The initializers both graphs keep in their (identical, shared) :data:`EMBED_DATA` file at the same offset:
+    the runtime maps them once for both sessions. Empty when the graphs share no embedding."""
+    import onnx
+
+    found: list[dict[tuple, Any]] = []
+    for role in roles:
+        proto = onnx.load(str(root / role / "model.onnx"), load_external_data=False)
+        entries = {}
+        for t in proto.graph.initializer:
+            ext = {e.key: e.value for e in t.external_data}
+            if ext.get("location") == EMBED_DATA and t.data_type in _ONNX_DTYPES:
+                entries[t.name] = (int(ext.get("offset", 0)), int(ext["length"]), _ONNX_DTYPES[t.data_type],
+                                   tuple(int(d) for d in t.dims))
+        found.append(entries)
+    a, b = (root / roles[0] / EMBED_DATA), (root / roles[1] / EMBED_DATA)
+    if not (a.is_file() and b.is_file() and filecmp.cmp(a, b, shallow=False)):
+        return []
+    return [SharedInitializer(name, f"{roles[0]}/{EMBED_DATA}", off, length, dtype, shape)
+            for name, (off, length, dtype, shape) in sorted(found[0].items()) if found[1].get(name) == found[0][name]]

@@ -34,6 +34,7 @@ from edge_spec.export import (
     build,
     calibrate,
     eagle_graph,
+    graph_writer,
     invariance,
     ngrams,
     own_build,
@@ -281,12 +282,12 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint |
     shutil.rmtree(cache, ignore_errors=True)
     for f in ("genai_config.json",) + TOKENIZER_FILES:  # the drafter dir holds only its graph (+ id map)
         (tmp / "drafter" / f).unlink(missing_ok=True)
-    shared = own_build.share_embedding(tmp / "target", tmp / "drafter", say) if d_ckpt is not None else None
+    shared = graph_writer.share_embedding(tmp / "target", tmp / "drafter", say) if d_ckpt is not None else None
     if d_ckpt is None:
         say("[build] no drafter: drafts will come from prompt lookup (add a drafter later by exporting again with "
             "--drafter, e.g. one trained by edge-spec distill)")
     # mapped once and given to both sessions by the runtime; measured the same way
-    shared_inits = own_build.shared_initializers(tmp) if shared else []
+    shared_inits = graph_writer.shared_initializers(tmp) if shared else []
 
     # a 1-token pass of the target runs as 2 rows, so a 1-token step is computed as any verify pass computes it
     invariance.pad_rows(tmp / "target" / "model.onnx")

@@ -6,10 +6,13 @@ import math
 import numbers
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_spec.errors import EdgeSpecError
 from edge_spec.runtime.sampling import SamplingConfig, draft_sampling
+
+if TYPE_CHECKING:
+    from edge_spec.runtime.speculative import Step
 
 
 def is_whole(x: object) -> bool:
@@ -88,6 +91,22 @@ class GenerationConfig:
             raise EdgeSpecError(f"Unknown generation option '{unknown[0]}'; valid options: {', '.join(sorted(known))}.")
         return cls(**data)
 
+    @classmethod
+    def merged(cls, config: GenerationConfig | dict[str, Any] | None, **overrides: Any) -> GenerationConfig:
+        """``config`` (a GenerationConfig, a dict of its options, or None: the defaults) with every override that
+        is not None put over it: how ``Engine.generate(prompt, config, temperature=...)`` reads its arguments."""
+        if config is None:
+            base: dict[str, Any] = {}
+        elif isinstance(config, GenerationConfig):
+            base = {f: getattr(config, f) for f in config.__dataclass_fields__}
+        elif isinstance(config, dict):
+            cls.from_mapping(config)  # rejects unknown keys with a clear sentence
+            base = dict(config)
+        else:
+            raise EdgeSpecError(f"config must be a GenerationConfig or a dict, not {type(config).__name__}.")
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.from_mapping(base)
+
 
 @dataclass(frozen=True)
 class LoadConfig:
@@ -151,6 +170,23 @@ class Stats:
         if not self.seconds:
             return 0.0
         return max(0.0, 1.0 - (self.target_seconds + self.drafter_seconds) / self.seconds)
+
+    def count(self, step: Step) -> None:
+        """Add one decode step (``speculative.Step``): its committed tokens, its target pass, its drafts by source."""
+        self.tokens += len(step.tokens)
+        self.target_passes += 1 if step.tokens else 0
+        self.drafted += step.gamma
+        self.accepted += step.accepted
+        if step.lookup:
+            self.lookup_drafted += step.gamma
+            self.lookup_accepted += step.accepted
+        if step.table:
+            self.table_drafted += step.gamma
+            self.table_accepted += step.accepted
+        if step.guess:
+            self.guess_drafted += step.gamma
+            self.guess_accepted += step.accepted
+        self.gamma_hist[step.gamma] += 1
 
     def add(self, other: Stats) -> None:
         for f in fields(self):

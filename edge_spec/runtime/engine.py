@@ -143,8 +143,9 @@ class Engine:
                  stop: Sequence[str] | None = None,
                  speculative: bool | None = None, draft_length: int | None = None) -> Result:
         """Generate a completion of ``prompt`` (text, or token ids used as-is)."""
-        cfg = _config(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                      min_p=min_p, seed=seed, stop=stop, speculative=speculative, draft_length=draft_length)
+        cfg = GenerationConfig.merged(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                                      top_p=top_p, min_p=min_p, seed=seed, stop=stop, speculative=speculative,
+                                      draft_length=draft_length)
         return self._collect(self._run(self._encode(prompt), cfg))
 
     def stream(self, prompt: str | Sequence[int], config: GenerationConfig | dict[str, Any] | None = None, *,
@@ -153,8 +154,9 @@ class Engine:
                stop: Sequence[str] | None = None,
                speculative: bool | None = None, draft_length: int | None = None) -> Iterator[StreamEvent]:
         """Like :meth:`generate`, yielding a :class:`StreamEvent` per decode step. Breaking out is safe."""
-        cfg = _config(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                      min_p=min_p, seed=seed, stop=stop, speculative=speculative, draft_length=draft_length)
+        cfg = GenerationConfig.merged(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                                      top_p=top_p, min_p=min_p, seed=seed, stop=stop, speculative=speculative,
+                                      draft_length=draft_length)
         return self._run(self._encode(prompt), cfg)
 
     def chat(self, messages: Sequence[dict[str, str]], config: GenerationConfig | dict[str, Any] | None = None, *,
@@ -169,8 +171,9 @@ class Engine:
         gives. KV is reused across turns: only tokens after the longest common prefix of those ids
         and the tokens the engine holds (last prompt + reply) are prefilled. A reply that fills the
         context ends with finish_reason "context_full" (no warning: :meth:`fit_chat` makes room)."""
-        cfg = _config(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                      min_p=min_p, seed=seed, stop=stop, speculative=speculative, draft_length=draft_length)
+        cfg = GenerationConfig.merged(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                                      top_p=top_p, min_p=min_p, seed=seed, stop=stop, speculative=speculative,
+                                      draft_length=draft_length)
         events = self._run(self._encode(self.encode_chat(messages)), cfg, warn_full=False)
         return events if stream else self._collect(events)
 
@@ -261,20 +264,7 @@ class Engine:
                 if self._owner is not owner:
                     raise EdgeSpecError("This stream was superseded by a newer call on the same engine; "
                                         "finish or close a stream before starting another.")
-                st.tokens += len(step.tokens)
-                st.target_passes += 1 if step.tokens else 0
-                st.drafted += step.gamma
-                st.accepted += step.accepted
-                if step.lookup:
-                    st.lookup_drafted += step.gamma
-                    st.lookup_accepted += step.accepted
-                if step.table:
-                    st.table_drafted += step.gamma
-                    st.table_accepted += step.accepted
-                if step.guess:
-                    st.guess_drafted += step.gamma
-                    st.guess_accepted += step.accepted
-                st.gamma_hist[step.gamma] += 1
+                st.count(step)
                 detok.push(step.tokens)
                 text = detok.text
                 cut = _find_stop(text, cfg.stop, max(0, emitted - hold))
@@ -371,20 +361,6 @@ def _find_stop(text: str, stops: Sequence[str], start: int) -> int | None:
         if i >= 0 and (best is None or i < best):
             best = i
     return best
-
-
-def _config(config: GenerationConfig | dict[str, Any] | None, **overrides: Any) -> GenerationConfig:
-    if config is None:
-        base: dict[str, Any] = {}
-    elif isinstance(config, GenerationConfig):
-        base = {f: getattr(config, f) for f in config.__dataclass_fields__}
-    elif isinstance(config, dict):
-        GenerationConfig.from_mapping(config)  # rejects unknown keys with a clear sentence
-        base = dict(config)
-    else:
-        raise EdgeSpecError(f"config must be a GenerationConfig or a dict, not {type(config).__name__}.")
-    base.update({k: v for k, v in overrides.items() if v is not None})
-    return GenerationConfig.from_mapping(base)
 
 
 def _load_id_map(root: Path, m: Manifest) -> np.ndarray:

@@ -101,8 +101,8 @@ def write_text(pairs: list[tuple[str, str]], target: Path, out: Path, max_tokens
     """Pack the exchanges with a reply as an answers file; returns (conversations, reply tokens)."""
     from transformers import AutoTokenizer
 
-    from edge_spec.distill.data import Sequence
     from edge_spec.distill.ids import pack
+    from edge_spec.distill.sequence import Sequence
     from edge_spec.distill.target import file_sha256, render
 
     tok = AutoTokenizer.from_pretrained(str(target.parent), gguf_file=target.name)
