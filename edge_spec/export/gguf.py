@@ -8,9 +8,12 @@ builds the decoder graph from them. Nothing here dequantizes a quantized weight.
 from __future__ import annotations
 
 import logging
+import mmap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from edge_spec.errors import ExportError
 
@@ -52,6 +55,26 @@ class GGUFModel:
             if v is not None:
                 out[key] = int(v)
         return out
+
+
+def release(t: Any) -> None:
+    """Drop the pages of reader tensor ``t``'s bytes from this process's resident set once it is converted.
+
+    The reader maps the file; every page read stays resident (and counted in RSS) while the file is open, which is
+    the whole export. Dropped pages stay in the page cache and are read again if touched (MADV_DONTNEED on a
+    read-only mapping loses nothing). A no-op where the mapping cannot be advised."""
+    base = np.asarray(t.data)
+    while base is not None and not hasattr(base, "_mmap"):
+        base = getattr(base, "base", None)
+    mm = getattr(base, "_mmap", None)
+    if mm is None or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    lead = base.offset % mmap.ALLOCATIONGRANULARITY  # the mapping starts this far before the array's first byte
+    start = np.asarray(t.data).ctypes.data - base.ctypes.data + lead
+    page = start - start % mmap.PAGESIZE
+    length = start + int(t.n_bytes) - page
+    if page >= 0 and page + length <= len(mm):
+        mm.madvise(mmap.MADV_DONTNEED, page, length)
 
 
 def is_gguf(path: str | Path) -> bool:

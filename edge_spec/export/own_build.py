@@ -151,6 +151,7 @@ def _convert(t: Any, policy: Policy) -> tuple[Any, str]:
 def _gguf_linear(m: gguf_src.GGUFModel, name: str, report: list, qk: str | None, policy: Policy) -> Any:
     t = m.tensors[name]
     w, op = _convert(t, policy)
+    gguf_src.release(t)
     if qk and m.permuted_qk:  # un-permute rows: exact, blocks run along K
         w = unpermute_qk(w, int(m.config[_QK_HEADS[qk]]))
     report.append(_entry(name, w, t.tensor_type.name, op))
@@ -187,6 +188,8 @@ def _head_and_embedding(m: gguf_src.GGUFModel, report: list, kept: np.ndarray | 
             if hasattr(g, "exact") and not g.exact:
                 raise ExportError(f"The GGUF embedding type {emb_t.tensor_type.name} cannot be carried over exactly; "
                                   "this should not happen, please report it.")
+    gguf_src.release(emb_t)
+    gguf_src.release(head_t)
     report.append(_entry("token_embd.weight", embed, emb_t.tensor_type.name, op))
     full_bytes = weight_bytes(head)
     if kept is not None:
