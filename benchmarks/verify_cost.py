@@ -44,7 +44,35 @@ def _profiled_options(prefix: str):
     return options
 
 
-def op_times(profile_file: str, order: list[tuple[int, int]], warm: int) -> dict[int, dict[str, float]]:
+def node_kinds(graph: Path) -> dict[str, str]:
+    """node name -> what it is, for the per-kind profile: matmuls by weight encoding (MatMulNBits bits / block:
+    in a GGUF coder graph 4-bit/32 = Q4_K's codes, 8-bit/16 = Q6_K; their fp32 block-offset MatMuls = Q4_K's
+    mins), the LM head, the embedding lookup, attention, norms, and the rest."""
+    import onnx
+
+    out = {}
+    for n in onnx.load(str(graph), load_external_data=False).graph.node:
+        a = {x.name: x.i for x in n.attribute}
+        if n.name.startswith(("/lm_head", "/rowpad/")) and n.op_type == "MatMulNBits":
+            kind = "LM head"
+        elif n.op_type == "MatMulNBits":
+            kind = f"MatMulNBits {a.get('bits')}-bit block {a.get('block_size')}"
+        elif n.op_type == "MatMul":
+            kind = "block offsets (fp32 MatMul)" if "/offsets/" in n.name else "MatMul fp32"
+        elif n.op_type == "GroupQueryAttention":
+            kind = "attention (GroupQueryAttention)"
+        elif "LayerNormalization" in n.op_type:
+            kind = "norms"
+        elif n.name.startswith(("/embed", "embed")):
+            kind = "embedding lookup"
+        else:
+            kind = "rest"
+        out[n.name] = kind
+    return out
+
+
+def op_times(profile_file: str, order: list[tuple[int, int]], warm: int,
+             kinds: dict[str, str] | None = None) -> dict[int, dict[str, float]]:
     """ms per pass by op type for each row count, from ONNX Runtime's profile (runs matched in order)."""
     events = json.loads(Path(profile_file).read_text())
     runs = sorted(e["ts"] for e in events if e.get("name") == "model_run")
@@ -59,6 +87,8 @@ def op_times(profile_file: str, order: list[tuple[int, int]], warm: int) -> dict
             continue
         rows, op = order[k][1], e["args"]["op_name"]
         per[rows][op] += e["dur"]
+        if kinds is not None:
+            per[rows]["kind: " + kinds.get(e["name"][:-len("_kernel_time")], "rest")] += e["dur"]
         if op == "MatMulNBits":
             per[rows]["MatMulNBits " + re.sub(r"layers\.\d+", "layers.N", e["name"][:-len("_kernel_time")])] += e["dur"]
     return {r: {op: round(us / reps[r] / 1e3, 3) for op, us in c.most_common()} for r, c in per.items()}
@@ -109,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {"bundles": [str(b) for b in args.bundle], "threads": args.threads, "past": args.past,
                     "passes": rows}
     if args.profile:
-        report["op_ms_per_pass"] = op_times(engines[0].target.session.end_profiling(), order, warm)
+        kinds = node_kinds(Path(engines[0].bundle_dir) / engines[0].manifest.target.graph)
+        report["op_ms_per_pass"] = op_times(engines[0].target.session.end_profiling(), order, warm, kinds)
         for r, ops in report["op_ms_per_pass"].items():
             print(f"-- {r} rows: " + ", ".join(f"{k} {v}" for k, v in list(ops.items())[:8]))
     args.out.write_text(json.dumps(report, indent=1) + "\n")

@@ -38,7 +38,7 @@ from benchmarks.lib import llamacpp  # noqa: E402
 from benchmarks.lib import targets as vs_targets  # noqa: E402
 from benchmarks.lib.genai import bundle_composite  # noqa: E402
 from benchmarks.lib.measure import measure  # noqa: E402
-from benchmarks.lib.prompts import CHAT_PROMPTS, prompt_ids  # noqa: E402
+from benchmarks.lib.prompts import CHAT_PROMPTS, CODE_PROMPTS, prompt_ids  # noqa: E402
 
 
 def guarded(fn, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -97,7 +97,7 @@ def run_systems(args: argparse.Namespace, ids: list[list[int]]) -> tuple[dict[st
                 rows[name] = res
             rows[name]["rounds_tokens_per_s"] = speeds
 
-    for temp in (0.0, 0.7):
+    for temp in args.temperatures:
         tag = "greedy" if temp == 0 else f"T={temp}"
         edge_kw = {"temperature": temp, "spin": args.edge_spin, **common}
         jobs: list[tuple[str, Any, tuple, dict]] = [
@@ -131,6 +131,8 @@ def run_systems(args: argparse.Namespace, ids: list[list[int]]) -> tuple[dict[st
                     continue
                 jobs.append((f"ORT GenAI speculative k={k} {tag}", ort_genai, (ort_dirs[k][1], ids),
                              {"k": k, **ort_kw}))
+        if args.systems:  # a subset, by name: e.g. --systems "edge-spec plain" "llama.cpp AR"
+            jobs = [j for j in jobs if any(j[0].startswith(x) for x in args.systems)]
         for r in range(args.rounds):
             run_round(jobs, r)
     return rows, ort_reason
@@ -186,6 +188,9 @@ def main() -> int:
     ap.add_argument("--ort-spin", action="store_true", help="ORT GenAI with intra-op spinning (its default); "
                     "off by default, as edge-spec's sessions")
     ap.add_argument("--skip-ort", action="store_true")
+    ap.add_argument("--code", action="store_true", help="the coding tasks (lib/prompts.CODE_PROMPTS) as prompts")
+    ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7])
+    ap.add_argument("--systems", nargs="*", help="run only the systems whose row name starts with one of these")
     ap.add_argument("--exact-prompts", type=int, default=200,
                     help="prompts for greedy speculative == greedy AR (0: only the run's prompts)")
     ap.add_argument("--exact-tokens", type=int, default=32)
@@ -201,14 +206,15 @@ def main() -> int:
     if llamacpp.bin_dir() is None:
         log("llama.cpp binaries not found (set LLAMA_CPP_BIN); its rows will be errors")
     t0 = time.time()
-    ids = prompt_ids(args.bundle, list(CHAT_PROMPTS[:args.prompts]))
+    ids = prompt_ids(args.bundle, list((CODE_PROMPTS if args.code else CHAT_PROMPTS)[:args.prompts]))
     rows, ort_reason = run_systems(args, ids)
     exact = vs_targets.exactness(rows, args, prompt_ids, log)
     sweep = vs_targets.budget_sweep(rows, args, ids[:args.sweep_prompts], log)
     info = vs_targets.memory_info(rows, args.bundle) | {"llama_context": args.context}
     prof = profile(args) if args.profile_gammas else "not run (--profile-gammas empty)"
 
-    print(f"\n{len(ids)} chat prompts x {args.repeats} repeats, {args.tokens} new tokens, {args.threads} threads, "
+    kind = "code" if args.code else "chat"
+    print(f"\n{len(ids)} {kind} prompts x {args.repeats} repeats, {args.tokens} new tokens, {args.threads} threads, "
           f"llama.cpp context {args.context}; edge-spec {info['edge_plan']}")
     print_rows(rows, info)
     if ort_reason:

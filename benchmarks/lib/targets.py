@@ -168,6 +168,8 @@ def run_worker(spec: dict[str, Any]) -> dict[str, Any]:
 def budget_sweep(rows: dict[str, dict[str, Any]], args: Any, ids: list[list[int]],
                  log: Callable[[str], None]) -> dict[str, Any]:
     """edge-spec speculative greedy at budgets that leave it fractions of llama.cpp's generation memory."""
+    if not ids:
+        return {"skipped": "--sweep-prompts 0"}
     w = _weights(args.bundle)
     ref = gen_memory("llama.cpp AR greedy", rows.get("llama.cpp AR greedy", {}), w)
     if ref is None:
