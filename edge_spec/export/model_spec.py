@@ -10,7 +10,7 @@ from edge_spec.bundle import ModelSpec, Quantization, SharedInitializer, kv_byte
 from edge_spec.export import build, measure, own_build
 
 if TYPE_CHECKING:
-    from edge_spec.export.pipeline import ExportOptions, Quant
+    from edge_spec.export.options import ExportOptions, Quant
 
 
 def head_size(cfg: dict) -> int:

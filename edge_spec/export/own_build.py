@@ -26,7 +26,7 @@ from edge_spec.export import arch_graph, gguf_quant, gguf_split
 from edge_spec.export import gguf as gguf_src
 from edge_spec.export.onnx_graph import Decoder, GraphSpec, Layer, LazyLayers, build_decoder
 from edge_spec.export.weights import is_quant, is_split, take_rows, unpermute_qk
-from edge_spec.fetch import file_sha256
+from edge_spec.fetch import checkpoint_sha256, file_sha256
 
 DRAFTER_KEY = "edge_spec_drafter"
 _QK_HEADS = {"q": "num_attention_heads", "k": "num_key_value_heads"}
@@ -84,8 +84,6 @@ def distilled_source(name: str, target: Source | None) -> Source:
     cfg.setdefault("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
     cfg.setdefault("num_key_value_heads", cfg["num_attention_heads"])
     arch = (cfg.get("architectures") or ["LlamaForCausalLM"])[0]
-    from edge_spec.export.pipeline import checkpoint_sha256
-
     return Source(name=name, kind="distilled", architecture=arch, config=cfg, sha256=checkpoint_sha256(path),
                   gguf=target.gguf, path=path)
 

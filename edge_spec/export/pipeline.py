@@ -8,14 +8,13 @@ Ctrl-C included, removes the temp dir, so a bundle on disk is always complete.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -45,102 +44,25 @@ from edge_spec.export import gguf as gguf_src
 from edge_spec.export.bundle_tokenizer import TOKENIZER_FILES, recommended_sampling, write_tokenizers
 from edge_spec.export.destination import finish, prepare_destination
 from edge_spec.export.model_spec import head_size, model_spec
-
-DEFAULT_MAX_CONTEXT_CAP = 4096  # default max_context = min(checkpoint's positions, this)
-
-
-@dataclass(frozen=True)
-class Quant:
-    """Weight precision and, for int4/int8, the MatMulNBits accuracy_level (see docs/export.md)."""
-
-    precision: str
-    accuracy_level: int | None = None
-
-    @classmethod
-    def parse(cls, text: str, role: str) -> Quant:
-        """'int4', 'int4:1' (precision:accuracy_level), 'fp32', ..."""
-        prec, _, level = text.partition(":")
-        if prec not in ("int4", "int8", "fp16", "fp32"):
-            raise ExportError(f"Unknown {role} quantization '{text}'; use int4, int8, fp16 or fp32, optionally "
-                              "with ':ACCURACY_LEVEL' such as int4:4.")
-        if not level:  # the accuracy level of the source's default (see default_level)
-            return cls(prec, None)
-        if prec not in ("int4", "int8") or level not in ("0", "1", "2", "3", "4"):
-            raise ExportError(f"Bad {role} quantization '{text}': an accuracy level (0-4) applies only to int4 "
-                              "and int8, e.g. int4:1.")
-        return cls(prec, int(level))
-
-
-# Why these defaults: docs/export.md. A Hugging Face target goes through the builder, which re-quantizes it:
-# there the target keeps fp32 activations (level 1), whose k-token verify pass agrees with its 1-token steps.
-# A GGUF target keeps the file's own weights, and at level 4 (int8 activations, as llama.cpp computes) it is
-# ~2x faster and agrees with fp32 transformers on the file at least as often as llama.cpp on the same file
-# (benchmarks/fidelity.py); its verify passes are batch-invariant from 2 rows, so greedy speculative decoding
-# still equals greedy plain decoding. The drafter only proposes, so it takes the fastest kernels.
-DEFAULT_ACCURACY = {"target": 1, "drafter": 4}
-GGUF_TARGET_ACCURACY = 4
-DEFAULT_QUANT = {"target": "int4", "drafter": "int4"}
-# An EAGLE-3 head is small (~9M weights, a tenth of the demo target's) and was trained in float: int4 rounding costs
-# it a tenth of its accepted drafts (demo, chat prompts, greedy: 0.40 -> 0.36), int8 nothing measurable, for 4.75 MB
-# more (BENCHMARKS.md, "The head's precision, measured again"). A distilled layer drafter keeps int4.
-EAGLE_DEFAULT_QUANT = "int8"
-# KV cache of the graphs edge-spec builds itself (GGUF targets, distilled drafters, EAGLE-3 heads): fp16, as
-# llama.cpp's default, half the bytes of fp32 (docs/export.md, "KV cache precision"). Builder graphs keep fp32.
-OWN_KV_DTYPE = "float16"
-
-
-def default_level(role: str, ckpt: object) -> int:
-    """The MatMulNBits accuracy level of ``role`` when the user gave none: see DEFAULT_ACCURACY above."""
-    if role == "target" and isinstance(ckpt, own_build.Source) and ckpt.kind == "gguf":
-        return GGUF_TARGET_ACCURACY
-    return DEFAULT_ACCURACY[role]
-
-
-def own_kv_dtype(opts: ExportOptions) -> str:
-    """The KV dtype of a graph our own builder makes: the option, or OWN_KV_DTYPE for "auto"."""
-    return OWN_KV_DTYPE if opts.kv_dtype == "auto" else opts.kv_dtype
-
-
-@dataclass(frozen=True)
-class ExportOptions:
-    # accuracy level None: the source's default (default_level): GGUF target 4, Hugging Face target 1, drafter 4
-    target_quant: Quant = field(default_factory=lambda: Quant("int4"))
-    drafter_quant: Quant | None = None  # None: the drafter's default: int8 for a head, else int4
-    trim_vocab: int | str | None = "auto"  # K, "auto", or None (off)
-    trim_share: float = vocab_trim.DEFAULT_SHARE
-    calibration: Path | None = None  # prompts file; None = calibrate.DEFAULT_PROMPTS
-    max_context: int | None = None
-    execution_provider: str = "cpu"
-    block_size: int = 32
-    force: bool = False
-    trust_remote_code: bool = False
-    measure_memory: bool = True
-    lm_head: str | None = None  # HF builder path: "int8" or "fp32" keeps the LM head above the body precision
-    gguf_mode: str = "split"  # split | exact | fast | compact: how GGUF tensors are encoded (own_build.Policy)
-    # KV cache of graphs edge-spec builds: "auto" (= OWN_KV_DTYPE, float16), float16 or float32; builder graphs: fp32
-    kv_dtype: str = "auto"
-    ngrams: tuple[Path, ...] = ()  # answers files of edge-spec distill: build a static n-gram draft table from them
-
+from edge_spec.export.options import (  # noqa: F401 - the export API's names, as before
+    DEFAULT_ACCURACY,
+    DEFAULT_MAX_CONTEXT_CAP,
+    DEFAULT_QUANT,
+    EAGLE_DEFAULT_QUANT,
+    GGUF_TARGET_ACCURACY,
+    OWN_KV_DTYPE,
+    ExportOptions,
+    Quant,
+    default_level,
+    own_kv_dtype,
+)
+from edge_spec.fetch import checkpoint_sha256  # noqa: F401 - the export API's name, as before
 
 Progress = Callable[[str], None]
 
 
 def _stderr(msg: str) -> None:
     print(f"edge-spec export: {msg}", file=sys.stderr, flush=True)
-
-
-def checkpoint_sha256(path: Path) -> str:
-    """sha256 over config, generation config and weight files (name + bytes, sorted by name)."""
-    h = hashlib.sha256()
-    names = sorted(p.name for p in path.iterdir() if p.is_file() and (
-        p.suffix in (".safetensors", ".bin") or p.name in ("config.json", "generation_config.json")
-        or p.name.endswith(".index.json")))
-    for name in names:
-        h.update(name.encode())
-        with open(path / name, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()
 
 
 def export_bundle(target: str, drafter: str | None, out: str | os.PathLike[str], options: ExportOptions | None = None,
