@@ -50,6 +50,7 @@ Q5_1, Q5_K) use a small subgraph of standard operators (Gather, BitShift, Cast, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -214,46 +215,48 @@ def _to_quant(c: Codes, source_type: str, float_zero_points: bool = True) -> Qua
                        source_type)
 
 
+def convert(t: object, encode: Callable[[Codes, str], Any]) -> Any:
+    """A gguf ``ReaderTensor`` [N, K] on its one way through export: decoded once (:func:`gguf_blocks.codes`),
+    encoded once (``encode(codes, type name)``), checked once (:func:`dequantize` of the result against
+    ``gguf.quants.dequantize``, bit for bit: ``exact``, ``max_abs_err``), in pieces of rows (``weights.by_rows``).
+    Float types come back as float32 [N, K], never encoded."""
+
+    def piece(p: object) -> Any:
+        c = codes(p)
+        if isinstance(c, np.ndarray):
+            return c
+        w = encode(c, p.tensor_type.name)
+        exact, err = compare(dequantize(w), reference(p))
+        return replace(w, exact=exact and (w.base.exact if hasattr(w, "base") else True), max_abs_err=err)
+
+    return by_rows(t, piece)
+
+
 def from_gguf(t: object, float_zero_points: bool = True) -> QuantWeight | np.ndarray:
     """A gguf ``ReaderTensor`` of a linear weight [N out, K in] -> MatMulNBits weight, or float32 [N, K] (float types).
 
-    ``exact`` and ``max_abs_err`` compare :func:`dequantize` of the result with ``gguf.quants.dequantize``.
     ``float_zero_points=False`` never emits float zero points, which ONNX Runtime runs ~60x slower (it dequantizes
     the whole weight on every call): Q4_1/Q4_K/Q2_K then become 8-bit with integer zero points (fast at
     accuracy_level 4 only), their offsets rounded to s/32 (Q4_*) or s/128 (Q2_K).
     """
-    return by_rows(t, lambda piece: _from_gguf_piece(piece, float_zero_points))
-
-
-def _from_gguf_piece(t: object, float_zero_points: bool) -> QuantWeight | np.ndarray:
-    c = codes(t)
-    if isinstance(c, np.ndarray):
-        return c
-    qw = _to_quant(c, t.tensor_type.name, float_zero_points)
-    exact, err = compare(dequantize(qw), reference(t))
-    return replace(qw, exact=exact, max_abs_err=err)
+    return convert(t, lambda c, name: _to_quant(c, name, float_zero_points))
 
 
 def gather_from_gguf(t: object) -> GatherWeight | np.ndarray:
     """A gguf ``ReaderTensor`` of an embedding [N tokens, K hidden] -> GatherWeight, or float32 [N, K]."""
-    return by_rows(t, _gather_piece)
+    return convert(t, _to_gather)
 
 
-def _gather_piece(t: object) -> GatherWeight | np.ndarray:
-    c = codes(t)
-    if isinstance(c, np.ndarray):
-        return c
+def _to_gather(c: Codes, source_type: str) -> GatherWeight:
+    """Codes -> GatherBlockQuantized (integer offsets) or the Gather + decode subgraph's inputs (float offsets)."""
     n, k = c.q.shape
     if c.t is None:
-        qw = _to_quant(c, t.tensor_type.name)  # same codes and scales; GBQ's default zero points match
-        g = GatherWeight("GatherBlockQuantized", qw.bits, qw.block_size, k, n, qw.packed.reshape(n, -1),
-                         qw.scales.reshape(n, -1), None, False, 0.0, t.tensor_type.name)
-    else:
-        bits = 4 if c.levels <= 16 else 8
-        g = GatherWeight("GatherDecode", bits, c.block_size, k, n, _pack_rows(c.q, bits), c.scales, c.t, False, 0.0,
-                         t.tensor_type.name)
-    exact, err = compare(dequantize(g), reference(t))
-    return replace(g, exact=exact, max_abs_err=err)
+        qw = _to_quant(c, source_type)  # same codes and scales; GBQ's default zero points match
+        return GatherWeight("GatherBlockQuantized", qw.bits, qw.block_size, k, n, qw.packed.reshape(n, -1),
+                            qw.scales.reshape(n, -1), None, False, 0.0, source_type)
+    bits = 4 if c.levels <= 16 else 8
+    return GatherWeight("GatherDecode", bits, c.block_size, k, n, _pack_rows(c.q, bits), c.scales, c.t, False, 0.0,
+                        source_type)
 
 
 def dequantize(q: QuantWeight | GatherWeight | Any) -> np.ndarray:

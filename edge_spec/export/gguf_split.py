@@ -11,9 +11,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from edge_spec.export.gguf_blocks import Codes, codes, compare, reference
-from edge_spec.export.gguf_quant import QuantWeight, _pack_rows, dequantize, from_gguf
-from edge_spec.export.weights import by_rows
+from edge_spec.export.gguf_blocks import Codes
+from edge_spec.export.gguf_quant import QuantWeight, _pack_rows, _to_quant, convert, dequantize
 
 
 @dataclass(frozen=True)
@@ -84,14 +83,4 @@ def _split_codes(c: Codes, source_type: str) -> SplitWeight:
 def split_from_gguf(t: object) -> SplitWeight | QuantWeight | np.ndarray:
     """A gguf ``ReaderTensor`` of a linear weight [N, K] -> SplitWeight for float-offset types (Q4_1, Q4_K, Q2_K,
     Q5_1, Q5_K); integer-offset types come back as :func:`from_gguf` gives them, float types as float32 [N, K]."""
-    return by_rows(t, _split_piece)
-
-
-def _split_piece(t: object) -> SplitWeight | QuantWeight | np.ndarray:
-    c = codes(t)
-    if isinstance(c, np.ndarray) or c.t is None:
-        return from_gguf(t)
-    sw = _split_codes(c, t.tensor_type.name)
-    ref = reference(t)
-    exact, err = compare(dequantize(sw), ref)
-    return replace(sw, exact=exact and sw.base.exact, max_abs_err=err)
+    return convert(t, lambda c, name: _to_quant(c, name) if c.t is None else _split_codes(c, name))
