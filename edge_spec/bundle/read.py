@@ -186,7 +186,7 @@ def manifest_from_json(data: Any) -> Manifest:
     sampling = data.get("sampling")
     if sampling is not None:
         try:
-            from edge_spec.runtime.sampling import SamplingConfig
+            from edge_spec.sampling_config import SamplingConfig
 
             SamplingConfig(**{k: v for k, v in sampling.items() if k != "source"})
         except (AttributeError, TypeError, EdgeSpecError) as exc:

@@ -26,7 +26,7 @@ from edge_spec.distill.ids import fill_teacher, teacher_targets
 from edge_spec.distill.memory import release_freed
 from edge_spec.distill.sequence import Sequence
 from edge_spec.distill.target import aux_hooks, bf16_body
-from edge_spec.export.destination import process_alive
+from edge_spec.process import process_alive
 
 _KEY = 16  # bytes of a sequence's hash
 # Positions per segment a pass writes: each is a point an interrupted pass resumes from (~4.5 min of SmolLM2's bf16

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from edge_spec.errors import ExportError
+from edge_spec.process import process_alive
 
 
 def prepare_destination(out: Path, force: bool) -> Path:
@@ -47,17 +48,6 @@ def _remove_stale(parent: Path, name: str) -> None:
         pid = rest.split("-")[0]
         if kind in ("tmp", "old") and pid.isdigit() and p.is_dir() and not process_alive(int(pid)):
             shutil.rmtree(p, ignore_errors=True)
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (another user's live process, EPERM, counts as running: not ours to judge)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def _open_permissions(root: Path) -> None:
