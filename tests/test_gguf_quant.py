@@ -280,3 +280,23 @@ def test_smollm2_every_tensor_maps() -> None:
     print(f"SmolLM2: {len(reader.tensors)} tensors in {elapsed:.1f} s; Q4_1 exact "
           f"{sum(q.exact for q in seen['Q4_1'])}/{len(seen['Q4_1'])}, max err "
           f"{max(q.max_abs_err for q in seen['Q4_1']):.3g}")
+
+
+@pytest.mark.parametrize("name", sorted(F16_FIELDS))
+def test_pieces_of_rows_give_the_whole_tensors_encoding(tensors: dict, name: str, monkeypatch) -> None:
+    """Export converts a tensor 4,096 rows at a time (weights.by_rows): pieces of 5 rows stack up to exactly what
+    the whole 48-row tensor gives, for the MatMulNBits, embedding and split encodings alike."""
+    from edge_spec.export import weights
+
+    t = tensors[name]
+    for convert in (gq.from_gguf, gq.gather_from_gguf, gs.split_from_gguf):
+        whole = convert(t)
+        monkeypatch.setattr(weights, "ROWS_PER_PIECE", 5)
+        pieces = convert(t)
+        monkeypatch.setattr(weights, "ROWS_PER_PIECE", 4096)
+        assert type(pieces) is type(whole) and pieces.n == whole.n == 48
+        for a, b in ((whole, pieces), *(((whole.base, pieces.base),) if hasattr(whole, "base") else ())):
+            for field in ("packed", "scales", "zero_points", "offsets"):
+                x, y = getattr(a, field, None), getattr(b, field, None)
+                assert (x is None and y is None) or np.array_equal(x, y), (convert.__name__, field)
+        assert (pieces.exact, pieces.max_abs_err) == (whole.exact, whole.max_abs_err)

@@ -87,10 +87,12 @@ class _Rows:
         self.name, self.tensor_type, self.data = t.name, t.tensor_type, np.asarray(t.data)[a:b]
 
 
-def by_rows(t: Any, convert: Callable[[Any], Weight], rows: int = ROWS_PER_PIECE) -> Weight:
+def by_rows(t: Any, convert: Callable[[Any], Weight], rows: int | None = None) -> Weight:
     """``convert(t)`` computed on pieces of ``rows`` output rows and stacked: the same weight (every encoding
     works within a row's blocks), with the float32 temporaries of decoding and checking bounded by one piece
-    (the 151,936-row embedding of a 1.5B model would otherwise pass through several GiB of them)."""
+    (the 151,936-row embedding of a 1.5B model would otherwise pass through several GiB of them). ``rows`` None:
+    :data:`ROWS_PER_PIECE`."""
+    rows = rows or ROWS_PER_PIECE
     data = np.asarray(t.data)
     if data.ndim != 2 or data.shape[0] <= rows:
         return convert(t)
