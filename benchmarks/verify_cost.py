@@ -53,7 +53,7 @@ def node_kinds(graph: Path) -> dict[str, str]:
     out = {}
     for n in onnx.load(str(graph), load_external_data=False).graph.node:
         a = {x.name: x.i for x in n.attribute}
-        if n.name.startswith(("/lm_head", "/rowpad/")) and n.op_type == "MatMulNBits":
+        if n.name.startswith("/lm_head") and n.op_type == "MatMulNBits":
             kind = "LM head"
         elif n.op_type == "MatMulNBits":
             kind = f"MatMulNBits {a.get('bits')}-bit block {a.get('block_size')}"

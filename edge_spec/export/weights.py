@@ -54,7 +54,8 @@ def unpermute_vec(b: np.ndarray, n_heads: int) -> np.ndarray:
 
 
 def concat_rows(ws: list[Weight]) -> Weight | None:
-    """Stack weights along N (q, k, v -> qkv) when they share one encoding; None when they do not."""
+    """Stack weights along N (q, k, v -> qkv; pieces of one tensor, :func:`by_rows`) when they share one encoding;
+    None when they do not."""
     if any(is_split(w) for w in ws):
         base = concat_rows([w.base for w in ws]) if all(is_split(w) for w in ws) else None
         if base is None:
@@ -64,6 +65,13 @@ def concat_rows(ws: list[Weight]) -> Weight | None:
                                    source_type=base.source_type)
     if all(not is_quant(w) for w in ws):
         return np.concatenate([np.asarray(w, dtype=np.float32) for w in ws], axis=0)
+    if all(hasattr(w, "op") for w in ws):  # gguf_quant.GatherWeight: packed [N, bytes], scales / zero points [N, nb]
+        if len({(w.op, w.bits, w.block_size, w.k, w.zero_points is None) for w in ws}) != 1:
+            return None
+        zp = None if ws[0].zero_points is None else np.concatenate([w.zero_points for w in ws])
+        return dataclasses.replace(ws[0], n=sum(w.n for w in ws), packed=np.concatenate([w.packed for w in ws]),
+                                   scales=np.concatenate([w.scales for w in ws]), zero_points=zp,
+                                   exact=all(w.exact for w in ws), max_abs_err=max(w.max_abs_err for w in ws))
     if not all(is_quant(w) for w in ws):
         return None
     a = ws[0]
@@ -97,12 +105,6 @@ def by_rows(t: Any, convert: Callable[[Any], Weight], rows: int | None = None) -
     if data.ndim != 2 or data.shape[0] <= rows:
         return convert(t)
     parts = [convert(_Rows(t, a, min(a + rows, data.shape[0]))) for a in range(0, data.shape[0], rows)]
-    if hasattr(parts[0], "op"):  # gguf_quant.GatherWeight: packed [N, bytes], scales / zero points [N, nb]
-        zp = None if parts[0].zero_points is None else np.concatenate([w.zero_points for w in parts])
-        return dataclasses.replace(parts[0], n=sum(w.n for w in parts),
-                                   packed=np.concatenate([w.packed for w in parts]),
-                                   scales=np.concatenate([w.scales for w in parts]), zero_points=zp,
-                                   exact=all(w.exact for w in parts), max_abs_err=max(w.max_abs_err for w in parts))
     out = concat_rows(parts)
     if out is None:
         raise ValueError(f"pieces of {t.name} came out in different encodings")  # row-local encoders: never
