@@ -8,6 +8,7 @@ prompts give the same kept set. Prompts are built exactly as the runtime builds 
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -124,6 +125,11 @@ class _Batch:
         for buf in self.bufs.values():
             buf[lo:hi] = buf[src]
 
+    def keep_rows(self, rows: np.ndarray) -> None:
+        """Rows ``rows`` (ascending) of every KV buffer move to rows 0..len(rows)-1, in order; the rest is free."""
+        for buf in self.bufs.values():
+            buf[:len(rows)] = buf[rows]
+
     def forward(self, tokens: np.ndarray, lengths: np.ndarray, r0: int = 0) -> np.ndarray:
         """``tokens`` [n, k] for rows r0..r0+n holding ``lengths`` [n] cached positions; last logits [n, vocab]."""
         n, k = tokens.shape
@@ -142,11 +148,12 @@ class _Batch:
         return logits[:, -1].astype(np.float32)
 
 
-def _sample(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """One draw per row from softmax(logits) (temperature 1), by inverse CDF; logits [rows, vocab] -> [rows]."""
+def _sample(logits: np.ndarray, rngs: list[np.random.Generator]) -> np.ndarray:
+    """One draw per row from softmax(logits) (temperature 1), by inverse CDF, row i from ``rngs[i]``;
+    logits [rows, vocab] -> [rows]."""
     p = np.exp(logits - logits.max(axis=1, keepdims=True))
     cdf = np.cumsum(p, axis=1)
-    u = rng.random(len(p))[:, None] * cdf[:, -1:]
+    u = np.array([g.random() for g in rngs])[:, None] * cdf[:, -1:]
     return np.minimum((cdf < u).sum(axis=1), p.shape[1] - 1)
 
 
@@ -159,12 +166,17 @@ def target_token_counts(graph: Path, head_size: int, tokenizer_file: Path, chat:
     Using the exported graph, not the HF model, means the counts come from the model the bundle
     ships (quantization included). Every sample of every prompt is a row of one batch (in chunks
     that fit ``KV_BUDGET_BYTES``): each prompt is prefilled once and its cache copied to its other samples' rows,
-    then each decode pass advances all rows, ~``max_new_tokens`` passes per chunk instead of one pass per token.
-    A decode pass of M rows costs about M single steps on a CPU (~30 ms a row for a 1.5B target on 2 cores), so
-    the cost is the number of sampled tokens, prompts x samples x ``max_new_tokens``."""
+    then each decode pass advances the rows still writing, ~``max_new_tokens`` passes per chunk instead of one pass
+    per token. A decode pass of M rows costs about M single steps on a CPU (~30 ms a row for a 1.5B target on 2
+    cores), so the cost is the number of sampled tokens: a row that wrote a stop token leaves the batch (the live
+    rows' caches move up; ~20 % of the rows' steps on the built-in prompts). Sample j of a prompt draws from a
+    random stream of its own (``seed``, the prompt's ids, j), so its tokens depend neither on the rows that share
+    its passes nor on the other prompts."""
     tok = Tokenizer.from_file(str(tokenizer_file))
-    rng = np.random.default_rng(seed)
-    rows = [ids for ids in (prompt_ids(p, chat, tok) for p in prompts) if ids for _ in range(samples_per_prompt)]
+    encoded = [ids for ids in (prompt_ids(p, chat, tok) for p in prompts) if ids]
+    rows = [ids for ids in encoded for _ in range(samples_per_prompt)]
+    keys = [[seed, zlib.crc32(np.asarray(ids, dtype=np.int64).tobytes()), j]
+            for ids in encoded for j in range(samples_per_prompt)]
     dec = _Batch(graph, head_size)
     counts = np.zeros(dec.vocab, dtype=np.int64)
     if not rows:
@@ -174,6 +186,7 @@ def target_token_counts(graph: Path, head_size: int, tokenizer_file: Path, chat:
     stops = np.asarray(sorted(stop_ids), dtype=np.int64)
     for start in range(0, len(rows), chunk):
         group = rows[start:start + chunk]
+        rngs = [np.random.default_rng(key) for key in keys[start:start + chunk]]
         dec.allocate(len(group), context)
         logits = np.empty((len(group), dec.vocab), dtype=np.float32)
         r = 0
@@ -186,13 +199,16 @@ def target_token_counts(graph: Path, head_size: int, tokenizer_file: Path, chat:
             dec.copy_row(r, r + 1, end)
             r = end
         lengths = np.asarray([len(ids) for ids in group], dtype=np.int64)
-        live = np.ones(len(group), dtype=bool)
         for step in range(max_new_tokens):
-            nxt = _sample(logits, rng)
-            np.add.at(counts, nxt[live], 1)
-            live &= ~np.isin(nxt, stops)
+            nxt = _sample(logits, rngs)
+            np.add.at(counts, nxt, 1)
+            live = ~np.isin(nxt, stops)
             if not live.any() or step == max_new_tokens - 1:
                 break
-            logits = dec.forward(nxt[:, None], lengths)  # finished rows keep running; their tokens are not counted
+            if not live.all():  # finished rows leave: the live rows' caches move up to rows 0..n-1
+                keep = np.flatnonzero(live)
+                dec.keep_rows(keep)
+                nxt, lengths, rngs = nxt[keep], lengths[keep], [rngs[i] for i in keep]
+            logits = dec.forward(nxt[:, None], lengths)
             lengths += 1
     return counts
