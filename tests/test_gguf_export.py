@@ -37,9 +37,10 @@ def _byte_chars() -> list[str]:
     return [chr(table[b]) for b in range(256)]
 
 
-def _vocab() -> tuple[list[str], list[str]]:
-    """3 special tokens + 256 bytes + merges building a few whole words (with and without a leading space)."""
-    tokens = SPECIALS + _byte_chars()
+def _vocab(specials: list[str] = SPECIALS) -> tuple[list[str], list[str]]:
+    """``specials`` (3 special tokens) + 256 bytes + merges building a few whole words (with and without a leading
+    space)."""
+    tokens = specials + _byte_chars()
     merges: list[str] = []
     have = set(tokens)
     for word in WORDS:
@@ -76,13 +77,14 @@ def write_header(w: gguf.GGUFWriter, layers: int) -> None:
     w.add_layer_norm_rms_eps(1e-6)
 
 
-def write_tokenizer(w: gguf.GGUFWriter, tokens: list[str], merges: list[str]) -> None:
-    """The byte-level BPE vocabulary, special ids and ChatML template every tiny test GGUF shares."""
+def write_tokenizer(w: gguf.GGUFWriter, tokens: list[str], merges: list[str], n_special: int = len(SPECIALS)) -> None:
+    """The byte-level BPE vocabulary (its first ``n_special`` tokens control tokens), special ids and ChatML template
+    every tiny test GGUF shares."""
     w.add_vocab_size(len(tokens))
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)
-    w.add_token_types([3] * len(SPECIALS) + [1] * (len(tokens) - len(SPECIALS)))
+    w.add_token_types([3] * n_special + [1] * (len(tokens) - n_special))
     w.add_token_merges(merges)
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
@@ -116,9 +118,11 @@ def assert_greedy_sd_equals_ar(engine, max_new_tokens: int) -> None:
 
 
 def write_tiny_gguf(path: Path, arch: str, layers: int, seed: int, embed_seed: int = 0, embed_type: Q = Q.Q8_0,
-                    head_type: Q | None = None) -> Path:
-    """A random ``arch`` (llama | qwen2 | qwen3) decoder as GGUF: tied Q8_0 embedding, Q4_0/Q4_1/Q8_0 linear layers."""
-    tokens, merges = _vocab()
+                    head_type: Q | None = None, specials: list[str] = SPECIALS,
+                    kv: dict[str, int] | None = None) -> Path:
+    """A random ``arch`` (llama | qwen2 | qwen3) decoder as GGUF: tied Q8_0 embedding, Q4_0/Q4_1/Q8_0 linear layers;
+    ``specials``: its control tokens (the first three as SPECIALS), ``kv``: more uint32 metadata."""
+    tokens, merges = _vocab(specials)
     vocab = len(tokens)
     head = _head(arch)
     rng = np.random.default_rng(seed)
@@ -130,7 +134,9 @@ def write_tiny_gguf(path: Path, arch: str, layers: int, seed: int, embed_seed: i
     if arch == "qwen3":  # as llama.cpp's converter writes it
         w.add_key_length(head)
         w.add_value_length(head)
-    write_tokenizer(w, tokens, merges)
+    write_tokenizer(w, tokens, merges, len(specials))
+    for key, value in (kv or {}).items():
+        w.add_uint32(key, value)
 
     def lin(name: str, n: int, k: int, qtype: Q, permute_heads: int = 0) -> None:
         m = rng.normal(0, 0.08, (n, k)).astype(np.float32)

@@ -12,13 +12,15 @@ Its layout::
 or, packaged for ONNX Runtime Mobile (``edge-spec package``), ``model.ort`` graphs (no external data)
 and ``required_operators.config`` at the root.
 
-The manifest (``edge_spec.json``), its schema and writing it: ``manifest.py``; reading it back, checked:
+The manifest (``edge_spec.json``), its schema and writing it: ``manifest.py``; a model's fill-in-the-middle tokens:
+``fim.py``; reading it back, checked:
 ``read.py``. Both import only the standard library, so the lean runtime and the exporter use them alike. Every
 public name of both is importable from here.
 """
 
 from __future__ import annotations
 
+from edge_spec.bundle.fim import FIM_GGUF_KEYS, FIM_TEXTS, find_fim
 from edge_spec.bundle.manifest import (
     FORMAT,
     GRAPH_FORMATS,
@@ -28,6 +30,7 @@ from edge_spec.bundle.manifest import (
     SCHEMA_VERSION,
     SHARED_DTYPES,
     ChatFormat,
+    FimTokens,
     Manifest,
     ModelSpec,
     NgramSpec,
@@ -43,8 +46,8 @@ from edge_spec.bundle.manifest import (
 from edge_spec.bundle.read import manifest_from_json, read_manifest
 
 __all__ = [
-    "FORMAT", "GRAPH_FORMATS", "MANIFEST_NAME", "NGRAM_ENTRY_BYTES", "PRECISIONS", "SCHEMA_VERSION", "SHARED_DTYPES",
-    "ChatFormat", "Manifest", "ModelSpec", "NgramSpec", "Quantization", "SharedInitializer", "SourceModel",
-    "TokenizerSpec", "VocabTrim", "bundle_files", "kv_bytes_per_token", "manifest_from_json", "read_manifest",
-    "write_manifest",
+    "FIM_GGUF_KEYS", "FIM_TEXTS", "FORMAT", "GRAPH_FORMATS", "MANIFEST_NAME", "NGRAM_ENTRY_BYTES", "PRECISIONS",
+    "SCHEMA_VERSION", "SHARED_DTYPES", "ChatFormat", "FimTokens", "Manifest", "ModelSpec", "NgramSpec",
+    "Quantization", "SharedInitializer", "SourceModel", "TokenizerSpec", "VocabTrim", "bundle_files", "find_fim",
+    "kv_bytes_per_token", "manifest_from_json", "read_manifest", "write_manifest",
 ]

@@ -17,7 +17,7 @@ from typing import Any
 
 MANIFEST_NAME = "edge_spec.json"
 FORMAT = "edge-spec-bundle"
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 PRECISIONS = ("int4", "int8", "fp16", "fp32")
 NGRAM_ENTRY_BYTES = 12  # NgramSpec: an 8-byte n-gram hash + a 4-byte token id per entry
 GRAPH_FORMATS = ("onnx", "ort")  # ModelSpec.graph_format: an ONNX protobuf or an ORT-format flatbuffer
@@ -149,6 +149,24 @@ class ChatFormat:
 
 
 @dataclass(frozen=True)
+class FimTokens:
+    """The model's fill-in-the-middle tokens (ids), as llama.cpp finds them: the GGUF's
+    ``tokenizer.ggml.fim_*_token_id`` keys where present, else the tokenizer's tokens by their text
+    (``<|fim_prefix|>``, ``<fim-prefix>``, ``<PRE>``, ...; :mod:`edge_spec.bundle.fim`). The repo-level
+    ones (``repo_name``: ``<|repo_name|>``, ``file_sep``: ``<|file_sep|>``) and ``pad`` exist only in some
+    models (Qwen2.5-Coder has all six). ``source``: "gguf" when any id came from the GGUF's keys, else
+    "tokenizer"."""
+
+    prefix: int
+    suffix: int
+    middle: int
+    pad: int | None = None
+    repo_name: int | None = None
+    file_sep: int | None = None
+    source: str = "tokenizer"
+
+
+@dataclass(frozen=True)
 class TokenizerSpec:
     files: tuple[str, ...]  # relative paths; files[0] is tokenizer.json
     vocab_size: int
@@ -156,6 +174,9 @@ class TokenizerSpec:
     stop_token_ids: tuple[int, ...]  # EOS and end-of-turn tokens
     special_token_ids: tuple[int, ...]
     chat: ChatFormat | None
+    # fill-in-the-middle tokens; None: the model has none (bundles before version 10: derived from the tokenizer
+    # at load, edge_spec.runtime.fim)
+    fim: FimTokens | None = None
 
 
 @dataclass(frozen=True)

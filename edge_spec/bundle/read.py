@@ -19,6 +19,7 @@ from edge_spec.bundle.manifest import (
     NGRAM_ENTRY_BYTES,
     SCHEMA_VERSION,
     ChatFormat,
+    FimTokens,
     Manifest,
     ModelSpec,
     NgramSpec,
@@ -176,7 +177,7 @@ def manifest_from_json(data: Any) -> Manifest:
         raise BundleError("The manifest field 'tokenizer.files' is empty; re-export the bundle.")
     tok = TokenizerSpec(files=tuple(tok.files), vocab_size=tok.vocab_size, bos_token_id=tok.bos_token_id,
                         stop_token_ids=tuple(tok.stop_token_ids), special_token_ids=tuple(tok.special_token_ids),
-                        chat=chat)
+                        chat=chat, fim=_fim(tok.fim, tok.vocab_size))
     target = _model(data["target"], "target")
     drafter = None if data.get("drafter") is None else _model(data["drafter"], "drafter")
     if drafter is not None and drafter.kind == "eagle3" and (
@@ -202,6 +203,21 @@ def manifest_from_json(data: Any) -> Manifest:
         notes=dict(base.notes), shared_initializers=_shared(data.get("shared_initializers") or []),
         ngrams=_ngrams(data.get("ngrams"), tok.vocab_size),
     )
+
+
+def _fim(data: Any, vocab_size: int) -> FimTokens | None:
+    if data is None:
+        return None
+    spec = _build(FimTokens, data, "tokenizer.fim")
+    for name in ("prefix", "suffix", "middle", "pad", "repo_name", "file_sep"):
+        x = getattr(spec, name)
+        if x is not None and (not 0 <= x < vocab_size):
+            raise BundleError(f"The manifest field 'tokenizer.fim.{name}' is {x}, not a token id in [0, {vocab_size}); "
+                              "re-export the bundle.")
+    if spec.source not in ("gguf", "tokenizer"):
+        raise BundleError(f"The manifest field 'tokenizer.fim.source' is {spec.source!r} but must be 'gguf' or "
+                          "'tokenizer'; re-export the bundle.")
+    return spec
 
 
 def _ngrams(data: Any, vocab_size: int) -> NgramSpec | None:

@@ -1,4 +1,5 @@
-"""The bundle's tokenizer directory, its manifest entry (stop ids, chat format) and the model's sampling settings.
+"""The bundle's tokenizer directory, its manifest entry (stop ids, chat format, FIM tokens) and the model's
+sampling settings.
 
 From a Hugging Face checkpoint the tokenizer files are copied and read with transformers; from a GGUF they are
 rebuilt from the file's own vocabulary (``gguf.save_tokenizer``). The drafter must tokenize exactly as the target.
@@ -11,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from edge_spec.bundle import TokenizerSpec
+from edge_spec.bundle import TokenizerSpec, find_fim
 from edge_spec.errors import EdgeSpecError, ExportError
 from edge_spec.export import build, chat_template, own_build, tokenizer_check
 from edge_spec.export import gguf as gguf_src
@@ -47,8 +48,16 @@ def write_tokenizers(t_ckpt: Source, d_ckpt: Source | None, tok_dir: Path, cache
     spec = _tokenizer_spec(tok_dir, tok_dir)
     stops = tuple(sorted(set(spec.stop_token_ids) | set(gguf_src.end_of_turn_ids(t_ckpt.gguf))))
     bos = t_ckpt.gguf.special_ids.get("bos", spec.bos_token_id)
+    fim = find_fim(_vocab(tok_dir), t_ckpt.gguf.metadata)  # the GGUF's fim_*_token_id keys win over token texts
     return TokenizerSpec(files=spec.files, vocab_size=spec.vocab_size, bos_token_id=bos, stop_token_ids=stops,
-                         special_token_ids=spec.special_token_ids, chat=spec.chat)
+                         special_token_ids=spec.special_token_ids, chat=spec.chat, fim=fim)
+
+
+def _vocab(tok_dir: Path) -> dict[str, int]:
+    """Token text -> id of the bundle's tokenizer.json, added tokens included."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(tok_dir / "tokenizer.json")).get_vocab(with_added_tokens=True)
 
 
 _GGUF_SAMPLING = {"general.sampling.temp": "temperature", "general.sampling.top_k": "top_k",
@@ -102,7 +111,8 @@ def _tokenizer_spec(src: Path, tok_dir: Path) -> TokenizerSpec:
     stops = tokenizer_check.stop_token_ids(tok, tok_json, gen, chat)
     files = tuple(f"tokenizer/{f}" for f in TOKENIZER_FILES if (tok_dir / f).is_file())
     return TokenizerSpec(files=files, vocab_size=len(tok), bos_token_id=tok.bos_token_id, stop_token_ids=stops,
-                         special_token_ids=tokenizer_check.special_token_ids(tok_json), chat=chat)
+                         special_token_ids=tokenizer_check.special_token_ids(tok_json), chat=chat,
+                         fim=find_fim(runtime_tok.get_vocab(with_added_tokens=True)))
 
 
 def _effective_tokenizer(tok, path: Path):

@@ -28,7 +28,7 @@ from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from edge_spec.bundle import SCHEMA_VERSION, Manifest, ModelSpec, read_manifest, write_manifest
+from edge_spec.bundle import SCHEMA_VERSION, Manifest, ModelSpec, find_fim, read_manifest, write_manifest
 from edge_spec.errors import BundleError, ExportError
 
 OPERATORS_CONFIG = "required_operators.config"
@@ -68,8 +68,15 @@ def package_bundle(bundle: str | os.PathLike[str], out: str | os.PathLike[str], 
                            "operator_configs": [OPERATORS_CONFIG, TYPED_OPERATORS_CONFIG],
                            "packaged_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                            "package_seconds": round(time.perf_counter() - t0, 1)}
+        tokenizer = manifest.tokenizer
+        if manifest.version < 10:  # its FIM tokens were found at load; version 10 records them (None: none)
+            from tokenizers import Tokenizer
+
+            vocab = Tokenizer.from_file(str(src / tokenizer.files[0])).get_vocab(with_added_tokens=True)
+            tokenizer = replace(tokenizer, fim=find_fim(vocab))
         packaged = replace(manifest, target=new["target"], drafter=new.get("drafter"), notes=notes,
-                           version=SCHEMA_VERSION)  # graph_format is new in 6: older readers must say "upgrade"
+                           tokenizer=tokenizer, version=SCHEMA_VERSION)  # graph_format is new in 6: older
+        # readers must say "upgrade"
         write_manifest(tmp, packaged)
         read_manifest(tmp)  # every file it names is there
         finish(tmp, dest)

@@ -1,4 +1,4 @@
-"""The public API: ``Engine.load(bundle, memory_budget=...)`` then ``generate`` / ``stream`` / ``chat``."""
+"""The public API: ``Engine.load(bundle, memory_budget=...)`` then ``generate`` / ``stream`` / ``chat`` / ``infill``."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from edge_spec.bundle import ChatFormat, Manifest, read_manifest
 from edge_spec.demo import resolve_bundle
 from edge_spec.errors import BundleError, EdgeSpecError
 from edge_spec.runtime import chat as chat_mod
+from edge_spec.runtime import fim as fim_mod
 from edge_spec.runtime.budget import Plan, parse_budget, plan_memory, request_context
 from edge_spec.runtime.config import GenerationConfig, LoadConfig, Result, Stats, StreamEvent, is_whole
 from edge_spec.runtime.detok import StreamDetokenizer, byte_table
@@ -55,6 +56,7 @@ class Engine:
         self._owner: object | None = None
         self._bytes = byte_table(tokenizer)  # token id -> bytes for O(1) streaming detokenization
         self.bundle_dir: Path | None = None  # the bundle directory load() read (None: sessions handed in directly)
+        self.fim = fim_mod.fim_tokens(manifest, tokenizer)  # fill-in-the-middle tokens (None: the model has none)
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -175,6 +177,25 @@ class Engine:
                                       top_p=top_p, min_p=min_p, seed=seed, stop=stop, speculative=speculative,
                                       draft_length=draft_length)
         events = self._run(self._encode(self.encode_chat(messages)), cfg, warn_full=False)
+        return events if stream else self._collect(events)
+
+    def infill(self, prefix: str, suffix: str, extra: Sequence[fim_mod.ExtraFile | dict[str, str]] = (),
+               config: GenerationConfig | dict[str, Any] | None = None, *, prompt: str = "", stream: bool = False,
+               max_new_tokens: int | None = None, temperature: float | None = None, top_k: int | None = None,
+               top_p: float | None = None, min_p: float | None = None, seed: int | None = None,
+               stop: Sequence[str] | None = None, speculative: bool | None = None,
+               draft_length: int | None = None) -> Result | Iterator[StreamEvent]:
+        """Write what goes between ``prefix`` and ``suffix`` (the text around an editor's cursor) after llama-server's
+        /infill prompt (``runtime/fim.py``); ``extra``: other files, ``{"filename", "text"}`` dicts; ``prompt``: text
+        the middle starts with. Options as :meth:`generate`; ``stream=True`` yields StreamEvents."""
+        cfg = GenerationConfig.merged(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                                      top_p=top_p, min_p=min_p, seed=seed, stop=stop, speculative=speculative,
+                                      draft_length=draft_length)
+        ids = fim_mod.engine_ids(self.tokenizer, self.fim, prefix, suffix, extra, prompt, self._dec.capacity,
+                                 cfg.max_new_tokens)
+        if cfg.stop_token_ids is None:  # llama.cpp ends an infill on the FIM pad / repo / file-separator tokens too
+            cfg = dataclasses.replace(cfg, stop_token_ids=fim_mod.stop_ids(self.fim, self.manifest.tokenizer))
+        events = self._run(self._encode(ids), cfg)
         return events if stream else self._collect(events)
 
     def render_chat(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> str:

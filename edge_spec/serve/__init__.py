@@ -2,8 +2,8 @@
 
 Needs the ``serve`` extra (``pip install 'edge-spec[serve]'``: Starlette + uvicorn). The lean
 runtime never imports this package. Modules: ``requests`` (validation), ``responses`` (bodies),
-``worker`` (one engine, one thread, a bounded FIFO queue), ``app`` (the ASGI app), ``run``
-(uvicorn, binding, signals).
+``infill`` (llama-server's /infill and OpenAI's ``suffix``), ``worker`` (one engine, one thread, a bounded FIFO
+queue), ``app`` (the ASGI app), ``run`` (uvicorn, binding, signals).
 """
 
 from edge_spec.serve.app import ServeConfig, create_app

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import logging
@@ -28,6 +29,8 @@ from starlette.routing import Route
 
 from edge_spec.errors import EdgeSpecError
 from edge_spec.runtime.config import GenerationConfig, StreamEvent
+from edge_spec.runtime.fim import engine_ids, no_fim_message, stop_ids
+from edge_spec.serve import infill as fim
 from edge_spec.serve import requests as rq
 from edge_spec.serve.errors import APIError
 from edge_spec.serve.requests import ChatRequest, CompletionRequest, Sampling
@@ -94,6 +97,7 @@ def create_app(engine: Any, config: ServeConfig | None = None) -> Starlette:
         Route("/v1/models/{model:path}", _model, methods=["GET"]),
         Route("/v1/chat/completions", _chat, methods=["POST"]),
         Route("/v1/completions", _completions, methods=["POST"]),
+        Route("/infill", _infill, methods=["POST"]),  # llama-server's fill-in-the-middle (serve/infill.py)
     ]
     handlers = {APIError: _api_error, HTTPException: _http_error, Exception: _internal_error}
     app = Starlette(routes=routes, middleware=middleware, exception_handlers=handlers, lifespan=lifespan)
@@ -145,8 +149,27 @@ async def _completions(request: Request) -> Response:
     _authorize(request, server)
     data = rq.parse_json(await _read_body(request, server.config.max_body_bytes))
     req = rq.completion_request(data, server.config.model_names, server.max_context)
-    return await _generate(request, server, lambda engine: _start_completion(engine, req),
-                           Shaper(False, server.config.model_names[0], server.mode), req.sampling)
+    suffix = fim.completion_suffix(data)
+    if suffix is None:
+        start: Callable[[Any], Any] = lambda engine: _start_completion(engine, req)  # noqa: E731
+    elif server.engine.fim is None:
+        raise fim.no_fim("suffix", no_fim_message("'suffix'"))
+    else:
+        start = lambda engine: _start_infill(engine, fim.InfillRequest(req.prompt, suffix, (), "", req.sampling))  # noqa: E731
+    return await _generate(request, server, start, Shaper(False, server.config.model_names[0], server.mode),
+                           req.sampling)
+
+
+async def _infill(request: Request) -> Response:
+    server: _Server = request.app.state.server
+    _authorize(request, server)
+    if server.engine.fim is None:
+        raise fim.no_fim("input_prefix", no_fim_message("/infill"))
+    data = rq.parse_json(await _read_body(request, server.config.max_body_bytes))
+    req = fim.infill_request(data, server.config.model_names, server.max_context)
+    shaper = fim.InfillShaper(server.config.model_names[0], server.mode, req.sampling)
+    return await _generate(request, server, lambda engine: _start_infill(engine, req, llama=True), shaper,
+                           req.sampling)
 
 
 # ------------------------------------------------------------------------------ in the worker thread
@@ -174,6 +197,25 @@ def _start_completion(engine: Any, req: CompletionRequest) -> tuple[Any, dict[st
                             "together); shorten it or start the server with a larger --max-context.",
                        param="prompt", code="context_length_exceeded")
     return engine.stream(ids, _generation_config(req.sampling, capacity)), {}
+
+
+def _start_infill(engine: Any, req: fim.InfillRequest, llama: bool = False) -> tuple[Any, dict[str, Any]]:
+    """Fill in the middle as ``Engine.infill`` does; ``llama``: for /infill's answer, note the prompt's text and
+    when the first token came."""
+    capacity = int(engine.plan.max_context)
+    cfg = _generation_config(req.sampling, capacity)
+    ids = engine_ids(engine.tokenizer, engine.fim, req.prefix, req.suffix, req.extra, req.prompt, capacity,
+                     cfg.max_new_tokens)
+    if len(ids) >= capacity:
+        raise APIError(400, f"The infill prompt is {len(ids)} tokens but the context holds {capacity} (prompt and "
+                            "reply together); send less text around the cursor or start the server with a larger "
+                            "--max-context.", param="input_prefix" if llama else "prompt",
+                       code="context_length_exceeded")
+    cfg = dataclasses.replace(cfg, stop_token_ids=stop_ids(engine.fim, engine.manifest.tokenizer))
+    if not llama:
+        return engine.stream(ids, cfg), {}
+    info: dict[str, Any] = {"prompt": engine.tokenizer.decode(ids, skip_special_tokens=False)}
+    return fim.timed(engine.stream(ids, cfg), info), info
 
 
 # ------------------------------------------------------------------------------ the bridge
@@ -240,7 +282,8 @@ async def _stream(server: _Server, job: Job, queue: asyncio.Queue[object], shape
             elif isinstance(item, Finished):
                 for chunk in shaper.last(finish, item.stats, {**info, "cancelled": item.cancelled}, include_usage):
                     yield sse(chunk)
-                yield sse("[DONE]")
+                if shaper.sse_done:
+                    yield sse("[DONE]")
                 return
             elif isinstance(item, Failed):  # the status line is sent already: the error is an event
                 yield sse(item.error.body())
@@ -315,7 +358,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
         message = f"There is no {request.method} {request.url.path} here; the API is under /v1 (chat/completions, " \
-                  "completions, models) and /health."
+                  "completions, models), with /infill and /health."
     elif exc.status_code == 405:
         message = f"{request.url.path} does not take {request.method}."
     else:

@@ -71,7 +71,6 @@ _UNSUPPORTED_CHAT: dict[str, tuple[Any, str]] = {
 }
 _UNSUPPORTED_COMPLETION: dict[str, tuple[Any, str]] = {
     "echo": (lambda v: v in (None, False), "echo is not supported by this server"),
-    "suffix": (lambda v: v in (None, ""), "suffix (insertion) is not supported by this server"),
     "best_of": (lambda v: v is None or (_is_int(v) and v == 1), "best_of must be 1 on this server"),
 }
 

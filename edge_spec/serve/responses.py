@@ -48,6 +48,8 @@ def edge_spec_figures(st: Stats, info: dict[str, Any], mode: str) -> dict[str, A
 class Shaper:
     """Builds the bodies of one request (same id, created time and model name in every chunk)."""
 
+    sse_done = True  # OpenAI streams end with "data: [DONE]"
+
     def __init__(self, chat: bool, model: str, mode: str) -> None:
         self.chat, self.model, self.mode = chat, model, mode
         self.id = new_id("chatcmpl" if chat else "cmpl")
