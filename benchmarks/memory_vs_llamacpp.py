@@ -1,7 +1,7 @@
 """Peak RSS of edge-spec (AR and speculative, drafter loaded) against llama.cpp AR, same GGUF, same context.
 
     python benchmarks/memory_vs_llamacpp.py --gguf /work/smollm2.gguf --bundle B1 [--bundle B2 ...] \
-        [--context 4096] [--tokens 128] [--threads 2] [--out results.json]
+        [--context 4096] [--tokens 128] [--threads 2] [--fill] [--out results.json]
 
 Each row runs once in its own fresh process; its peak RSS is the kernel's ``ru_maxrss`` of that one
 child (``os.wait4``), so every number is the whole process: interpreter, runtime, weights, KV and
@@ -13,6 +13,11 @@ buffers. Rows:
   ``--max-context CONTEXT`` and at the request-sized default (prompt + tokens, rounded up to 128);
 * the process baseline (python + onnxruntime + numpy + tokenizer, no session), to split edge-spec's
   peak into baseline, session loads (weights) and generation memory (KV, buffers, workspace).
+
+``--fill``: the prompt is long enough that prompt + ``--tokens`` fill the context (code prompts of
+``benchmarks/lib/prompts.py`` joined, cut to size with the first bundle's tokenizer), so every KV position the
+plan reserves is written (edge-spec) and the embedding rows of a context's worth of text are read; only the
+``--context`` rows run then (the request-sized context is the same).
 
 Ratios are against llama.cpp AR at the same context, measured in this same run. A benchmark, not
 a test: needs the real GGUF and a llama.cpp build (benchmarks/build_llamacpp.sh, or ``$LLAMA_CPP_BIN``).
@@ -32,7 +37,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from benchmarks.lib.llamacpp import bin_dir  # noqa: E402
-from benchmarks.lib.prompts import CHAT_PROMPTS  # noqa: E402
+from benchmarks.lib.prompts import CHAT_PROMPTS, CODE_PROMPTS, prompt_ids  # noqa: E402
 
 MiB = 1 << 20
 PROMPT = CHAT_PROMPTS[1]
@@ -55,21 +60,37 @@ def run_child(cmd: list[str], env: dict[str, str] | None = None) -> tuple[int, s
         return code, out.read().decode(errors="replace"), int(usage.ru_maxrss) * 1024
 
 
-def llamacpp_row(gguf: Path, context: int, tokens: int, threads: int) -> dict[str, Any]:
+def fill_prompt(bundle: Path, context: int, tokens: int) -> str:
+    """A user message whose chat prompt (the bundle's template) is ``context - tokens - 8`` tokens or a few less."""
+    want = context - tokens - 8
+    text, i = "", 0
+    while len(prompt_ids(bundle, [text])[0]) < want:
+        text += f"Task {i + 1}. {CODE_PROMPTS[i % len(CODE_PROMPTS)]}\n\n"
+        i += 1
+    words = text.split(" ")
+    lo, hi = 1, len(words)  # the most words whose prompt still fits
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if len(prompt_ids(bundle, [" ".join(words[:mid])])[0]) <= want else (lo, mid - 1)
+    return " ".join(words[:lo])
+
+
+def llamacpp_row(gguf: Path, prompt: str, context: int, tokens: int, threads: int) -> dict[str, Any]:
     root = bin_dir()
     if root is None:
         raise SystemExit("llama.cpp is not built; run benchmarks/build_llamacpp.sh or set LLAMA_CPP_BIN.")
     env = {**os.environ, "LD_LIBRARY_PATH": str(root)}
-    cmd = [str(root / "llama-completion"), "-m", str(gguf), "-p", CHATML.format(PROMPT), "-n", str(tokens),
+    cmd = [str(root / "llama-completion"), "-m", str(gguf), "-p", CHATML.format(prompt), "-n", str(tokens),
            "-c", str(context), "-t", str(threads), "-tb", str(threads), "-no-cnv", "--temp", "0", "--ignore-eos",
            "--no-warmup"]
     code, _, rss = run_child(cmd, env)
     return {"system": "llama.cpp AR", "context": context, "ok": code == 0, "peak_rss": rss}
 
 
-def edge_row(bundle: Path, context: int | None, tokens: int, speculative: bool) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "edge_spec", "generate", str(bundle), "--prompt", PROMPT, "--chat",
-           "--max-new-tokens", str(tokens), "--json"]
+def edge_row(bundle: Path, prompt: str, context: int | None, tokens: int, threads: int,
+             speculative: bool) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "edge_spec", "generate", str(bundle), "--prompt", prompt, "--chat",
+           "--max-new-tokens", str(tokens), "--json", "--threads", str(threads)]
     cmd += [] if context is None else ["--max-context", str(context)]
     cmd += [] if speculative else ["--no-speculation"]
     env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
@@ -107,20 +128,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--context", type=int, default=4096)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--fill", action="store_true", help="a prompt that fills the context (module docstring)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
+    prompt = fill_prompt(args.bundle[0], args.context, args.tokens) if args.fill else PROMPT
 
     rows: list[dict[str, Any]] = []
     base = baseline(args.bundle[0])
     for bundle in args.bundle:
         for speculative in (False, True):
-            for ctx in (args.context, None):
-                rows.append(edge_row(bundle, ctx, args.tokens, speculative))
+            for ctx in (args.context,) if args.fill else (args.context, None):
+                rows.append(edge_row(bundle, prompt, ctx, args.tokens, args.threads, speculative))
                 print(json.dumps(rows[-1]), file=sys.stderr)
     request = sorted({r["context"] for r in rows if r.get("ok") and r["context"] != args.context})
     llama = {}
     for ctx in [args.context, *request]:
-        llama[ctx] = llamacpp_row(args.gguf, ctx, args.tokens, args.threads)
+        llama[ctx] = llamacpp_row(args.gguf, prompt, ctx, args.tokens, args.threads)
         rows.append(llama[ctx])
         print(json.dumps(rows[-1]), file=sys.stderr)
 
@@ -140,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['system']:<22} {r.get('bundle', '-'):<16} {r.get('context', '-')!s:>7} {r.get('mode', '-'):<12} "
               f"{r['peak_rss'] / MiB:>6.1f} MiB {ratio:>12} {gen:>18}")
     if args.out:
-        args.out.write_text(json.dumps({"baseline": base, "rows": rows, "prompt": PROMPT, "tokens": args.tokens,
+        args.out.write_text(json.dumps({"baseline": base, "rows": rows, "prompt": prompt, "tokens": args.tokens,
                                         "threads": args.threads}, indent=1))
     return 0
 

@@ -10,6 +10,7 @@ U+FFFD.
 from __future__ import annotations
 
 import codecs
+from collections.abc import Sequence
 
 from tokenizers import Tokenizer
 
@@ -87,3 +88,13 @@ class StreamDetokenizer:
             self.read = len(self.ids)
         self.text += delta
         return delta
+
+
+def find_stop(text: str, stops: Sequence[str], start: int) -> int | None:
+    """Index of the earliest occurrence of any of ``stops`` in ``text`` at or after ``start`` (None: none)."""
+    best = None
+    for s in stops:
+        i = text.find(s, start)
+        if i >= 0 and (best is None or i < best):
+            best = i
+    return best

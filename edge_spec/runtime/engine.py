@@ -21,7 +21,7 @@ from edge_spec.runtime import chat as chat_mod
 from edge_spec.runtime import fim as fim_mod
 from edge_spec.runtime.budget import Plan, parse_budget, plan_memory, request_context
 from edge_spec.runtime.config import GenerationConfig, LoadConfig, Result, Stats, StreamEvent, is_whole
-from edge_spec.runtime.detok import StreamDetokenizer, byte_table
+from edge_spec.runtime.detok import StreamDetokenizer, byte_table, find_stop
 from edge_spec.runtime.drafting import DraftPolicy
 from edge_spec.runtime.memory import current_rss, drop_mapped_pages
 from edge_spec.runtime.ngrams import NgramTable
@@ -254,6 +254,8 @@ class Engine:
         return np.asarray(ids, dtype=np.int64)
 
     def _run(self, ids: np.ndarray, cfg: GenerationConfig, warn_full: bool = True) -> Iterator[StreamEvent]:
+        if self.plan.embedding_rows and self.bundle_dir is not None:  # the plan counts one request's embedding
+            drop_mapped_pages(self.bundle_dir)  # rows: let the rows the requests before read go (page cache keeps them)
         owner = object()
         self._owner = owner
         dec, t, d = self._dec, self.target, self.drafter
@@ -288,7 +290,7 @@ class Engine:
                 st.count(step)
                 detok.push(step.tokens)
                 text = detok.text
-                cut = _find_stop(text, cfg.stop, max(0, emitted - hold))
+                cut = find_stop(text, cfg.stop, max(0, emitted - hold))
                 finish = step.finish or finish
                 if cut is not None:
                     finish = "stop_string"
@@ -301,7 +303,7 @@ class Engine:
                 if step.finish:
                     detok.flush()
                     text = detok.text
-                    cut = _find_stop(text, cfg.stop, max(0, emitted - hold))
+                    cut = find_stop(text, cfg.stop, max(0, emitted - hold))
                     end = len(text) if cut is None else cut
                     finish = "stop_string" if cut is not None else step.finish
                     yield StreamEvent(text[emitted:end], tuple(step.tokens), tuple(step.from_drafter), finish)
@@ -373,15 +375,6 @@ def _prompt_tokens(manifest: Manifest, tokenizer: Tokenizer, prompt: Prompt | No
 def _preview(x: object) -> str:
     text = repr(x)
     return f"{type(x).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
-
-
-def _find_stop(text: str, stops: Sequence[str], start: int) -> int | None:
-    best = None
-    for s in stops:
-        i = text.find(s, start)
-        if i >= 0 and (best is None or i < best):
-            best = i
-    return best
 
 
 def _load_id_map(root: Path, m: Manifest) -> np.ndarray:
