@@ -11,6 +11,8 @@ EXAMPLES = """
   edge-spec distill --target SmolLM2-135M-Instruct.Q4_1.gguf --out my-drafter --minutes 60
   edge-spec distill --target ./my-hf-model --out my-drafter --layers 3 --prompts my_prompts.txt --device cuda
   edge-spec distill --target model.gguf --out my-drafter        # again: resumes where it stopped
+  torchrun --nproc_per_node 2 -m edge_spec distill --target model.gguf --out my-head --kind eagle3 --data a.npz
+                                                                # data-parallel: 2 processes (docs/distill.md)
 """
 
 
@@ -32,6 +34,11 @@ def _rate(config: type, lr: float | None) -> dict[str, float]:
         return {}
     names = [n for n in ("lr", "continue_lr") if n in config.__dataclass_fields__]
     return dict.fromkeys(names, lr)
+
+
+def _batch(seqs: int | None) -> dict[str, int]:
+    """``batch_seqs`` set to ``--train-batch``, or left at its default."""
+    return {} if seqs is None else {"batch_seqs": seqs}
 
 
 def _count(text: str) -> int:
@@ -90,6 +97,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "then skips the feature pass, and on more data computes only the new answers (about 2 x 3 "
                         "x hidden bytes per position: 3.3 GB for SmolLM2 and 950k positions)")
     p.add_argument("--steps", type=_positive(int), metavar="N", help="exact training steps (reproducible)")
+    p.add_argument("--train-batch", type=_positive(int), metavar="N",
+                   help="sequences per training step (default 8); under torchrun the processes share each step's "
+                        "sequences, so give at least one per process")
     p.add_argument("--lr", type=_positive(float), metavar="RATE",
                    help="peak learning rate of the training (cosine decay to a tenth; default 5e-4, or 1.5e-4 "
                         "when continuing a head with --init-from)")
@@ -130,8 +140,10 @@ def run(args: argparse.Namespace) -> int:
                         data_only=args.data_only, command="edge-spec " + shlex.join(sys.argv[1:]),
                         data=dataclasses.replace(DataConfig(), batch=args.batch, max_jobs=args.data_jobs,
                                                  magpie=args.magpie),
-                        train=dataclasses.replace(TrainConfig(), steps=args.steps, **_rate(TrainConfig, args.lr)),
+                        train=dataclasses.replace(TrainConfig(), steps=args.steps, **_rate(TrainConfig, args.lr),
+                                                  **_batch(args.train_batch)),
                         eagle=dataclasses.replace(EagleTrainConfig(), steps=args.steps, mlp=args.head_mlp,
+                                                  **_batch(args.train_batch),
                                                   **_rate(EagleTrainConfig, args.lr),
                                                   depth=args.ttt_depth or EagleTrainConfig.depth,
                                                   draft_vocab=args.draft_vocab))

@@ -7,6 +7,8 @@ The pipeline (``run.py``) and the EAGLE-3 stage (``eagle_run.py``) both read it;
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +65,9 @@ def check_marker(marker: Path, meta: dict, out: Path) -> None:
         if diff:
             raise EdgeSpecError(f"'{out}' holds a distill run with other settings ({', '.join(diff)}); pass a new "
                                 "--out directory or delete this one.")
-    else:
+    else:  # atomically: the ranks of a torchrun job write the same marker at once
         marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(json.dumps(meta, indent=2) + "\n")
+        with tempfile.NamedTemporaryFile("w", dir=marker.parent, prefix=marker.name, suffix=".tmp",
+                                         delete=False) as f:
+            f.write(json.dumps(meta, indent=2) + "\n")
+        os.replace(f.name, marker)

@@ -16,7 +16,9 @@ The work is a deterministic list of *jobs* (one batch of prompts each), written 
 
 A shard is written atomically, so an interrupted run resumes at the first missing shard and produces
 the same shards as an uninterrupted one (each job seeds its own generator). The shard arrays are
-``sequence.py``'s.
+``sequence.py``'s. Under ``torchrun`` the jobs are dealt out among the ranks (self-instruct, Magpie and evaluation
+jobs one each in turn, answer jobs in blocks of four, so a follow-up stays with the job it follows); each job's
+shard is the one a single process writes, and every rank then reads them all.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from edge_spec.distill import parallel
 from edge_spec.distill import prompts as P
 from edge_spec.distill.memory import release_freed
 from edge_spec.distill.sequence import EVAL_TEMPERATURE, write_shard
@@ -230,12 +233,14 @@ def generate_data(target: Target, cfg: DataConfig, data_dir: Path, seconds: floa
     """Write shards into ``data_dir`` until ``cfg.max_jobs`` or ``seconds`` (wall clock, counting earlier runs).
 
     Returns the shard paths in job order. A ``done.json`` marks the data as final. ``features``: keep the aux
-    features of every training text as it is written (:func:`_run_job`)."""
+    features of every training text as it is written (:func:`_run_job`). Under ``torchrun`` each rank runs its jobs
+    (module docstring) on its share of the budget: the seconds spent so far over the ranks, per rank."""
     data_dir.mkdir(parents=True, exist_ok=True)
     done_file = data_dir / "done.json"
     if done_file.exists():
         return [data_dir / n for n in json.loads(done_file.read_text())["shards"]]
-    spent = shard_seconds(data_dir)
+    world, rank = parallel.world(), parallel.rank()
+    spent = shard_seconds(data_dir) / world
     shards: list[Path] = []
     last = [0.0]  # seconds of the last job run here: a job that would overrun the budget is not started
     of = f" of {seconds:.0f}s budget" if seconds is not None else ""
@@ -243,17 +248,19 @@ def generate_data(target: Target, cfg: DataConfig, data_dir: Path, seconds: floa
     def over_time() -> bool:
         return seconds is not None and spent + 0.8 * last[0] >= seconds
 
-    def out_of_budget() -> bool:
-        return (cfg.max_jobs is not None and len(shards) >= cfg.max_jobs) or over_time()
+    def out_of_budget(jobs_before: int) -> bool:
+        return (cfg.max_jobs is not None and jobs_before >= cfg.max_jobs) or over_time()
 
     # 1. self-instruct: the target writes new prompts.
     requests = P.self_instruct_requests()
     random.Random(cfg.seed).shuffle(requests)
     requests = requests[: cfg.self_instruct]
     for j, i in enumerate(range(0, len(requests), cfg.batch)):
+        if j % world != rank:
+            continue
         path = data_dir / f"si_{j:05d}.npz"
         if not path.exists():
-            if out_of_budget():
+            if out_of_budget(j):
                 break
             last[0] = _run_job(target, cfg, path, [_user(r, cfg) for r in requests[i:i + cfg.batch]], 1.0,
                                cfg.self_instruct_tokens, cfg.seed * 1000003 + 7919 * j + 1, features)
@@ -265,6 +272,8 @@ def generate_data(target: Target, cfg: DataConfig, data_dir: Path, seconds: floa
     if cfg.magpie > 0 and prefix is None:
         log("data: the chat template has no user turn to start from; no Magpie prompts")
     for j, i in enumerate(range(0, cfg.magpie if prefix is not None else 0, cfg.batch)):
+        if j % world != rank:
+            continue
         path = data_dir / f"mq_{j:05d}.json"
         if not path.exists():
             if over_time():
@@ -274,14 +283,19 @@ def generate_data(target: Target, cfg: DataConfig, data_dir: Path, seconds: floa
             spent += last[0]
             log(f"data: {path.name} written ({spent:.0f}s{of} of generation so far)")
     # 3. the pool: built-in + user + self-instruct + Magpie prompts, one deterministic order.
+    parallel.barrier()  # every rank's self-instruct and Magpie files are written
+    n_si = sum(parallel.gather(len(shards)))
     pool = _pool(cfg, data_dir)
     cursor, j = 0, 0
-    while cursor < len(pool) and (cfg.max_jobs is None or len(shards) < cfg.max_jobs):
+    while cursor < len(pool) and (cfg.max_jobs is None or n_si + j < cfg.max_jobs):
         path = data_dir / f"gen_{j:05d}.npz"
-        if not path.exists() and over_time():  # shards already written count, whatever this run's budget
+        mine = (j // 4) % world == rank  # blocks of four: a follow-up job stays with the job it follows
+        if mine and not path.exists() and over_time():  # shards already written count, whatever this run's budget
             break
         temp = TEMPERATURES[j % len(TEMPERATURES)]
-        if j % 4 == 3:  # multi-turn: a follow-up on the previous job's conversations
+        if not mine:
+            cursor += 0 if j % 4 == 3 else cfg.batch
+        elif j % 4 == 3:  # multi-turn: a follow-up on the previous job's conversations
             prev = json.loads((data_dir / f"gen_{j - 1:05d}.json").read_text())["conversations"]
             rng = random.Random(cfg.seed * 31 + j)
             convs = [{"messages": c["messages"] + [{"role": "assistant", "content": c["answer"].strip()},
@@ -290,15 +304,22 @@ def generate_data(target: Target, cfg: DataConfig, data_dir: Path, seconds: floa
         else:
             convs = [_user(t, cfg) for t in pool[cursor:cursor + cfg.batch]]
             cursor += cfg.batch
-        if not path.exists():
+        if mine and not path.exists():
             last[0] = _run_job(target, cfg, path, convs, temp, cfg.max_new_tokens, cfg.seed * 1000003 + 7919 * j + 2,
                                features)
             spent += last[0]
             log(f"data: {path.name} (T={temp}, {len(convs)} prompts, {last[0] / max(len(convs), 1):.1f}s/answer) "
                 f"written ({spent:.0f}s{of} of generation so far)")
-        shards.append(path)
+        if mine:
+            shards.append(path)
         j += 1
-    done_file.write_text(json.dumps({"shards": [p.name for p in shards], "seconds": round(spent, 1)}) + "\n")
+    if world > 1:  # every rank's shards, in job order (self-instruct first), as one process lists them
+        parallel.barrier()
+        names = sorted({p.name for part in parallel.gather(shards) for p in part}, key=lambda n: (n[:3] != "si_", n))
+        shards = [data_dir / n for n in names]
+        spent = shard_seconds(data_dir)
+    if parallel.is_main():
+        done_file.write_text(json.dumps({"shards": [p.name for p in shards], "seconds": round(spent, 1)}) + "\n")
     return shards
 
 
@@ -330,10 +351,11 @@ def generate_eval(target: Target, cfg: DataConfig, data_dir: Path, log: Callable
     paths = []
     for j, temp in enumerate((0.0, EVAL_TEMPERATURE)):
         path = data_dir / f"eval_{j:05d}.npz"
-        if not path.exists():
+        if j % parallel.world() == parallel.rank() and not path.exists():
             convs = [{"messages": [{"role": "user", "content": t}], "heldout": True} for t in held]
             sec = _run_job(target, cfg, path, convs, temp, cfg.max_new_tokens, cfg.seed * 1000003 + 7919 * j + 3,
                            features)
             log(f"data: {path.name} (T={temp}, {len(convs)} held-out prompts) written in {sec:.0f}s")
         paths.append(path)
+    parallel.barrier()  # each rank wrote its evaluation jobs
     return paths

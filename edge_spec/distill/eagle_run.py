@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from edge_spec.distill import parallel
 from edge_spec.distill.card import render_eagle_card
 from edge_spec.distill.config import DistillConfig, check_marker
 from edge_spec.distill.eagle import Eagle3Head, load_head, save_head
@@ -124,8 +125,10 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
         "train": result,
         "seed": cfg.seed, "device": cfg.device, "precision": "bf16" if cfg.eagle.bf16 else "fp32",
         "torch": torch.__version__, "python": platform.python_version(),
-        "threads": torch.get_num_threads(),
+        "threads": torch.get_num_threads(), "processes": parallel.world(),
     }
+    if not parallel.is_main():
+        return report
     save_head(head, cfg.out, extra={"edge_spec_drafter": {
         "kind": "eagle3", "target_sha256": target.sha256, "target_layers": n, "seed": cfg.seed,
         "heldout": result["final"]}})

@@ -14,7 +14,9 @@ Held-out (the target's T=0 and T=0.7 answers to evaluation prompts), printed as 
 * T=0.7 acceptance at depth d = E[sum_x min(p_0.7(x), q_0.7(x))] over the teacher's top-k (a lower bound).
 
 Deterministic for a seed on one machine and thread count; checkpointed every few minutes and resumable. The head it
-starts from (vocabulary, initialisation, a continued head's surgery) is ``eagle_init.py``'s.
+starts from (vocabulary, initialisation, a continued head's surgery) is ``eagle_init.py``'s. Under ``torchrun`` each
+rank takes its share of every step's batch and of the held-out set (``parallel.py``): the same steps up to float
+reduction order, with any number of processes.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from edge_spec.distill import parallel
 from edge_spec.distill.eagle import Eagle3Head
 from edge_spec.distill.features import FeatureStore
 from edge_spec.distill.memory import TRIM_EVERY, release_freed
@@ -108,10 +111,18 @@ def _batch(seqs: list[Sequence], idx: np.ndarray, store: FeatureStore, t2d: np.n
             "valid": torch.from_numpy(valid), "temp": torch.from_numpy(temp)}
 
 
-def _loss(head: Eagle3Head, outs: list, batch: dict[str, torch.Tensor], decay: float) -> torch.Tensor:
+def _rows(batch: dict[str, torch.Tensor], depth: int) -> torch.Tensor:
+    """[depth] the answer rows the loss counts at each depth (depth d skips each sequence's first d rows)."""
+    return torch.stack([batch["valid"][:, d:].sum() for d in range(depth)])
+
+
+def _loss(head: Eagle3Head, outs: list, batch: dict[str, torch.Tensor], decay: float,
+          rows: torch.Tensor | None = None) -> torch.Tensor:
     """Sum over depths of decay^d * mean forward KL (teacher top-k restricted to the draft vocabulary).
 
-    The LM head (half of a step's work) runs on the answer rows only: prompt rows are context."""
+    The LM head (half of a step's work) runs on the answer rows only: prompt rows are context. ``rows`` [depth]:
+    divide each depth's sum by these counts (the global batch's, :func:`_rows` added over the ranks) instead of
+    this batch's own."""
     p = torch.softmax(batch["t_logits"], -1)
     inside = batch["d_ids"] >= 0
     p = p * inside
@@ -123,7 +134,7 @@ def _loss(head: Eagle3Head, outs: list, batch: dict[str, torch.Tensor], decay: f
         mask[:, :d] = False
         logq = F.log_softmax(head.logits(h[mask]).float(), -1).gather(-1, gather[mask])  # [rows, k]
         ce = -(p[mask] * logq).sum(-1)
-        total = total + decay ** d * ce.sum() / mask.sum().clamp_min(1)
+        total = total + decay ** d * ce.sum() / (mask.sum() if rows is None else rows[d]).clamp_min(1)
     return total
 
 
@@ -134,7 +145,8 @@ def evaluate(head: Eagle3Head, embed: torch.nn.Module, held: list[Sequence], sto
     """Held-out greedy and T=0.7 acceptance at depths 1..eval_depth (see the module docstring).
 
     ``tokens``: evaluate only a fixed seeded sample of held-out sequences holding about that many answer tokens
-    (every data file represented), so evaluations during training cost a fraction of the final one."""
+    (every data file represented), so evaluations during training cost a fraction of the final one. Each rank
+    evaluates every world-th chunk of ``cfg.eval_batch`` sequences; the counts are added over the ranks."""
     order = np.arange(len(held))
     if tokens is not None:
         order = np.random.default_rng(1234).permutation(len(held))
@@ -146,7 +158,7 @@ def evaluate(head: Eagle3Head, embed: torch.nn.Module, held: list[Sequence], sto
     hit_n = np.zeros(cfg.eval_depth)
     acc = np.zeros(cfg.eval_depth)
     acc_n = np.zeros(cfg.eval_depth)
-    for i in range(0, len(order), cfg.eval_batch):
+    for i in range(cfg.eval_batch * parallel.rank(), len(order), cfg.eval_batch * parallel.world()):
         idx = order[i:i + cfg.eval_batch]
         batch = _batch(held, idx, _Offset(store, base), t2d, cfg.max_len, embed, scale)
         outs = head.forward_chain(batch["e"], batch["f"], cfg.eval_depth)
@@ -164,6 +176,7 @@ def evaluate(head: Eagle3Head, embed: torch.nn.Module, held: list[Sequence], sto
             a = torch.minimum(p07, q07).sum(-1)
             acc[d] += float(torch.where(mask & warm, a, 0.0).sum())
             acc_n[d] += float((mask & warm).sum())
+    hit, hit_n, acc, acc_n = parallel.total(torch.from_numpy(np.stack([hit, hit_n, acc, acc_n]))).numpy()
     head.train()
     return {"greedy": [round(float(x), 4) for x in hit / np.maximum(hit_n, 1)],
             "t07": [round(float(x), 4) for x in acc / np.maximum(acc_n, 1)],
@@ -196,14 +209,17 @@ def train_head(head: Eagle3Head, embed: torch.nn.Module, train: list[Sequence], 
     sc = torch.from_numpy(scale)
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    step, planned, spent, history = 0, cfg.steps, 0.0, []
+    step, planned, spent, history, losses = 0, cfg.steps, 0.0, [], []
     state_file = ckpt_dir / "state.pt"
-    if state_file.exists():
-        state = torch.load(state_file, weights_only=False)
+    parallel.same_params(head)
+    state = parallel.from_main(torch.load(state_file, weights_only=False, map_location="cpu")
+                               if parallel.is_main() and state_file.exists() else None)
+    if state is not None:
         head.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         step, planned, spent, history = state["step"], state["planned"], state["seconds"], state["history"]
-        log(f"train: resumed at step {step} ({spent / 60:.1f} min done)")
+        losses = state.get("losses", [])
+        log(f"train: resumed at step {step} ({spent / 60:.1f} min done)" + parallel.world_note(state.get("world", 1)))
     per_epoch = max(1, len(train) // cfg.batch_seqs)
     t0 = t_ckpt = t_log = time.time()
     done_here = 0
@@ -222,24 +238,33 @@ def train_head(head: Eagle3Head, embed: torch.nn.Module, train: list[Sequence], 
             # keeping one evaluation's time for the final one
             evals_inside = done_here >= cfg.eval_every
             rate = (time.time() - t_steps) / done_here + (0.0 if evals_inside else eval_seconds / cfg.eval_every)
-            new = step + max(1, int((seconds - spent - elapsed - eval_seconds) / rate))
+            new = parallel.from_main(step + max(1, int((seconds - spent - elapsed - eval_seconds) / rate)))
             if planned is None or abs(new - planned) > 0.02 * planned:
                 log(f"train: {rate:.2f} s/step (evaluations included) -> {new} steps in "
                     f"{(seconds - spent) / 60:.1f} min")
             planned = new
-        if planned is None and seconds is not None and spent + elapsed >= seconds:
+        if planned is None and seconds is not None and parallel.from_main(spent + elapsed >= seconds):
             break
         order = np.random.default_rng([cfg.seed, step // per_epoch]).permutation(len(train))
         j = step % per_epoch
         idx = order[j * cfg.batch_seqs:(j + 1) * cfg.batch_seqs]
-        batch = _batch(train, idx, store, t2d, cfg.max_len, embed, sc)
+        idx = idx[parallel.mine(len(idx))]  # this rank's share of the step's global batch (all of it alone)
+        batch = _batch(train, idx, store, t2d, cfg.max_len, embed, sc) if len(idx) else None
         for g in opt.param_groups:
             g["lr"] = _lr(cfg, step, planned or 1000)
-        with torch.autocast(head.fc.weight.device.type, torch.bfloat16, enabled=cfg.bf16):
-            loss = _loss(head, head.forward_chain(batch["e"], batch["f"], cfg.depth, with_logits=False), batch,
-                         cfg.depth_decay)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        # one process: each depth's mean; several: each depth's sum over the global batch's row count (a rank
+        # without sequences, when the batch is smaller than the job, adds zeros)
+        mine_rows = _rows(batch, cfg.depth) if batch is not None else torch.zeros(cfg.depth, dtype=torch.int64)
+        rows = parallel.total(mine_rows) if parallel.world() > 1 else None
+        loss = torch.zeros(())
+        if batch is not None:
+            with torch.autocast(head.fc.weight.device.type, torch.bfloat16, enabled=cfg.bf16):
+                loss = _loss(head, head.forward_chain(batch["e"], batch["f"], cfg.depth, with_logits=False), batch,
+                             cfg.depth_decay, rows)
+            loss.backward()
+        loss_value = float(parallel.sum_grads(params, loss.detach().float()))  # the global batch's loss
+        losses.append(round(loss_value, 6))
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         step += 1
@@ -247,7 +272,7 @@ def train_head(head: Eagle3Head, embed: torch.nn.Module, train: list[Sequence], 
         if step % TRIM_EVERY == 0:
             release_freed()  # batches of ever-changing shapes fragment the heap (distill/memory.py)
         if step % cfg.eval_every == 0 or step == planned:
-            history.append({"step": step, "loss": round(loss.item(), 4),
+            history.append({"step": step, "loss": round(loss_value, 4),
                             "minutes": round((spent + time.time() - t0) / 60, 2),
                             **evaluate(head, embed, held, store, len(train), t2d, sc, cfg, cfg.eval_tokens)})
             log(f"train: step {step} {_fmt(history[-1])}")
@@ -255,17 +280,18 @@ def train_head(head: Eagle3Head, embed: torch.nn.Module, train: list[Sequence], 
             t_log = time.time()
             eta = (time.time() - t0) / done_here * ((planned or step) - step) / 60
             bar = "#" * int(20 * step / max(planned or step, 1))
-            log(f"train {step}/{planned or '?'} [{bar:<20}] loss {loss.item():.3f}, ETA {eta:.1f} min")
-        if time.time() - t_ckpt > cfg.checkpoint_seconds or step == planned:
+            log(f"train {step}/{planned or '?'} [{bar:<20}] loss {loss_value:.3f}, ETA {eta:.1f} min")
+        if parallel.is_main() and (time.time() - t_ckpt > cfg.checkpoint_seconds or step == planned):
             _save(ckpt_dir, {"model": head.state_dict(), "opt": opt.state_dict(), "step": step, "planned": planned,
-                             "seconds": spent + time.time() - t0, "history": history})
+                             "seconds": spent + time.time() - t0, "history": history, "losses": losses,
+                             "world": parallel.world()})
             t_ckpt = time.time()
     with torch.no_grad():  # measure what is saved: fp16 weights
         for p in params:
             p.copy_(p.half().float())
     final = evaluate(head, embed, held, store, len(train), t2d, sc, cfg)
     return {"config": asdict(cfg), "steps": step, "seconds": round(spent + time.time() - t0, 1),
-            "history": history, "final": final}
+            "processes": parallel.world(), "history": history, "losses": losses, "final": final}
 
 
 def _save(path: Path, state: dict) -> None:

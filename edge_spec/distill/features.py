@@ -22,10 +22,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from edge_spec.distill import parallel
 from edge_spec.distill.ids import fill_teacher, teacher_targets
 from edge_spec.distill.memory import release_freed
 from edge_spec.distill.sequence import Sequence
 from edge_spec.distill.target import aux_hooks, bf16_body
+from edge_spec.errors import EdgeSpecError
 from edge_spec.process import process_alive
 
 _KEY = 16  # bytes of a sequence's hash
@@ -135,16 +137,64 @@ def extract_features(model: torch.nn.Module, seqs: list[Sequence], aux: tuple[in
     (the data changed); a ``shared`` one (``--features DIR``) keeps every segment, for later runs on any mix of
     the same data. The rest is computed in segments of ~``chunk_positions`` positions, each kept as soon as it is
     done (an interrupted pass resumes after the last one). ``bf16``: the target's decoder matmuls under bfloat16
-    autocast with its LM head in float32 (``target.bf16_body``), as the text's writing runs them."""
+    autocast with its LM head in float32 (``target.bf16_body``), as the text's writing runs them.
+
+    Under ``torchrun`` every rank calls it with the same ``seqs`` and ``out_dir`` (one directory all ranks see):
+    each computes its share of the sequences no segment holds (every world-th distinct sequence) into segments of
+    its own, then every rank reads them all; rank 0 alone removes what the run does not use."""
     ns = _namespace(aux, max_len, target_sha256)
     dim = model.config.hidden_size * len(aux)
     lens = np.array([min(len(s.ids), max_len) for s in seqs], np.int64)
     keys = sequence_keys(seqs, max_len)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pass_args = (model, seqs, keys, lens, aux, dim, out_dir, ns, log, batch_tokens, teacher_top_k, bf16,
+                 chunk_positions)
+    alone = parallel.world() == 1
+    if not alone:  # this rank's share first (planned on its own sequences: another rank's new segments hold none)
+        first = np.sort(np.unique(keys, axis=0, return_index=True)[1])
+        share = first[parallel.mine(len(first))]
+        seg, _, _, _, _ = _find(out_dir, ns, keys[share], [seqs[i] for i in share], None)
+        missing = share[seg < 0]
+        log(f"features: {parallel.world()} processes; this one computes {len(missing):,} of the {len(share):,} "
+            "sequences in its share")
+        _compute_missing(*pass_args, missing, [])
+        parallel.barrier()  # every rank's segments are whole now
+    seg, row, stems, no_teacher, unkept = _find(out_dir, ns, keys, seqs, teacher_top_k)
+    if not alone and (seg < 0).any():
+        raise EdgeSpecError(f"The features of {int((seg < 0).sum()):,} sequences are missing from '{out_dir}' after "
+                            "every process's share of the pass; give all machines one --out (and --features) "
+                            "directory on a filesystem they share.")
+    parallel.barrier()  # no rank reads an index any more: rank 0 may remove what the run does not use
+    if parallel.is_main():
+        _tidy(out_dir, ns, stems, shared, alone)
+    if alone:
+        missing = np.flatnonzero(seg < 0)
+        if len(missing):
+            log(f"features: {len(seqs) - len(missing):,} of {len(seqs):,} sequences kept (written with the text or "
+                f"by earlier runs); computing {len(missing):,}")
+        for chunk, stem in _compute_missing(*pass_args, missing, stems):
+            seg[chunk] = stems.index(stem)
+            row[chunk] = np.concatenate([[0], np.cumsum(lens[chunk])[:-1]])
+    if no_teacher:
+        log(f"teacher: {len(no_teacher):,} kept sequences have no teacher top-{teacher_top_k} kept; computing it")
+        teacher_targets(model, [seqs[i] for i in no_teacher], teacher_top_k, log=log)  # shared among the ranks
+        for stem, n_keys, hits in unkept if parallel.is_main() else []:
+            first = {j: i for j, i in reversed(hits)}  # kept beside each segment this run read whole: the next skips
+            if len(first) == n_keys:
+                _save_teacher(stem, teacher_top_k, [seqs[first[j]] for j in range(n_keys)])
+    maps = [_open(st, dim) for st in stems]
+    release_freed()
+    return FeatureStore(maps, seg, row, lens, dim)
+
+
+def _find(out_dir: Path, ns: str, keys: np.ndarray, seqs: list[Sequence], teacher_top_k: int | None) -> tuple:
+    """Where ``out_dir``'s complete segments hold ``seqs`` (keys [n, 16]): (seg [n] (-1: none), row [n], the
+    segments' stems, the sequences found without teacher targets, and those segments as (stem, keys, hits)).
+    With ``teacher_top_k`` the sequences found get the teacher targets kept beside their segment."""
     want: dict[bytes, list[int]] = {}  # sequences alike in their first max_len ids share one key
     for i, k in enumerate(keys):
         want.setdefault(k.tobytes(), []).append(i)
     seg, row = np.full(len(seqs), -1, np.int64), np.zeros(len(seqs), np.int64)
-    out_dir.mkdir(parents=True, exist_ok=True)
     stems: list[Path] = []
     no_teacher: list[int] = []
     unkept: list[tuple[Path, int, list[tuple[int, int]]]] = []  # segments without a teacher file: (stem, keys, hits)
@@ -159,39 +209,41 @@ def extract_features(model: torch.nn.Module, seqs: list[Sequence], aux: tuple[in
         if teacher_top_k and not _load_teacher(stems[-1], teacher_top_k, [(j, seqs[i]) for j, i in hits]):
             no_teacher += [i for _, i in hits]
             unkept.append((stems[-1], len(z["keys"]), hits))
-    missing = np.flatnonzero(seg < 0)
-    if not shared:  # one run's directory: drop the segments this data does not use (and older releases' stores)
+    return seg, row, stems, no_teacher, unkept
+
+
+def _tidy(out_dir: Path, ns: str, used: list[Path], shared: bool, alone: bool) -> None:
+    """A run's own directory: drop the segments this data does not use (and older releases' stores); a shared one:
+    what killed runs left half-written (a pass's rows can be gigabytes). ``alone``: no other rank of this job
+    writes (with several, this runs after they all finished, and their files may be another machine's)."""
+    if not shared:
         for idx_path in _segments(out_dir, ns):
-            if _stem(idx_path) not in stems:
+            if _stem(idx_path) not in used:
                 for f in idx_path.parent.glob(_stem(idx_path).name + ".*"):
                     f.unlink()
         for f in [*out_dir.glob("features_*.f16"), *out_dir.glob("features_*.npz"), *out_dir.glob("*.tmp")]:
             f.unlink()
-    else:  # a shared one: what killed runs left half-written (a pass's rows can be gigabytes) goes
+    else:
         for f in out_dir.glob("*.tmp"):
-            if not _writer_alive(f):
+            if not alone or not _writer_alive(f):
                 f.unlink(missing_ok=True)
-    if len(missing):
-        log(f"features: {len(seqs) - len(missing):,} of {len(seqs):,} sequences kept (written with the text or by "
-            f"earlier runs); computing {len(missing):,}")
-        total, done, t0 = int(lens[missing].sum()), 0, time.time()
-        for chunk in _chunks(missing, lens, chunk_positions):
-            with bf16_body(model, bf16):
-                stems.append(_compute_segment(model, [seqs[i] for i in chunk], keys[chunk], lens[chunk], aux, dim,
-                                              out_dir, ns, log, batch_tokens, teacher_top_k, (done, total, t0)))
-            done += int(lens[chunk].sum())
-            seg[chunk] = len(stems) - 1
-            row[chunk] = np.concatenate([[0], np.cumsum(lens[chunk])[:-1]])
-    if no_teacher:
-        log(f"teacher: {len(no_teacher):,} kept sequences have no teacher top-{teacher_top_k} kept; computing it")
-        teacher_targets(model, [seqs[i] for i in no_teacher], teacher_top_k, log=log)
-        for stem, n_keys, hits in unkept:  # kept beside each segment this run read whole, so the next run skips it
-            first = {j: i for j, i in reversed(hits)}
-            if len(first) == n_keys:
-                _save_teacher(stem, teacher_top_k, [seqs[first[j]] for j in range(n_keys)])
-    maps = [_open(st, dim) for st in stems]
-    release_freed()
-    return FeatureStore(maps, seg, row, lens, dim)
+
+
+def _compute_missing(model: torch.nn.Module, seqs: list[Sequence], keys: np.ndarray, lens: np.ndarray,
+                     aux: tuple[int, ...], dim: int, out_dir: Path, ns: str, log: Callable[[str], None],
+                     batch_tokens: int, teacher_top_k: int | None, bf16: bool, chunk_positions: int,
+                     missing: np.ndarray, stems: list[Path]) -> list[tuple[np.ndarray, Path]]:
+    """The segments of ``missing`` (indices into ``seqs``), ~``chunk_positions`` positions each, each appended to
+    ``stems`` as soon as it is whole; returns (the chunk's indices, its segment) in order."""
+    out = []
+    total, done, t0 = int(lens[missing].sum()), 0, time.time()
+    for chunk in _chunks(missing, lens, chunk_positions) if len(missing) else []:
+        with bf16_body(model, bf16):
+            stems.append(_compute_segment(model, [seqs[i] for i in chunk], keys[chunk], lens[chunk], aux, dim,
+                                          out_dir, ns, log, batch_tokens, teacher_top_k, (done, total, t0)))
+        done += int(lens[chunk].sum())
+        out.append((chunk, stems[-1]))
+    return out
 
 
 def _chunks(idx: np.ndarray, lens: np.ndarray, positions: int) -> list[np.ndarray]:

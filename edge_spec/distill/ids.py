@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from edge_spec.distill import parallel
 from edge_spec.distill.sequence import EVAL_TEMPERATURE, Sequence
 from edge_spec.errors import EdgeSpecError
 
@@ -112,11 +113,26 @@ def fill_teacher(model: torch.nn.Module, seq: Sequence, hidden: torch.Tensor, to
         .numpy().astype(np.float32)
 
 
-@torch.no_grad()
 def teacher_targets(model: torch.nn.Module, seqs: list[Sequence], top_k: int = 32, batch_tokens: int = 4096,
                     log: Callable[[str], None] = print) -> None:
     """Fill each sequence's teacher top-k ids / logits and logsumexp (T = 1 and 0.7) at its answer positions, from
-    one teacher-forced pass: row t = the target's distribution over ids[prompt_len + t] (as generation stored)."""
+    one teacher-forced pass: row t = the target's distribution over ids[prompt_len + t] (as generation stored).
+
+    Under ``torchrun`` every rank calls it with the same ``seqs``: each passes every world-th sequence and the ranks
+    exchange what they computed (~200 bytes per answer position)."""
+    if parallel.world() == 1:
+        _teacher_pass(model, seqs, top_k, batch_tokens, log)
+        return
+    idx = parallel.mine(len(seqs))
+    _teacher_pass(model, [seqs[i] for i in idx], top_k, batch_tokens, log)
+    for part, rows in parallel.gather((idx, [(seqs[i].topk_ids, seqs[i].topk_logits, seqs[i].lse) for i in idx])):
+        for i, (ids, logits, lse) in zip(part, rows, strict=True):
+            seqs[i].topk_ids, seqs[i].topk_logits, seqs[i].lse = ids, logits, lse
+
+
+@torch.no_grad()
+def _teacher_pass(model: torch.nn.Module, seqs: list[Sequence], top_k: int, batch_tokens: int,
+                  log: Callable[[str], None]) -> None:
     order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i].ids))
     dev = next(model.parameters()).device
     t0, done, total, shown = time.time(), 0, sum(len(s.ids) for s in seqs), time.time()

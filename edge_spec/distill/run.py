@@ -1,16 +1,22 @@
-"""The distill pipeline: load the target, generate (or reuse) its text, train, save. Resumable from DRAFTER_DIR."""
+"""The distill pipeline: load the target, generate (or reuse) its text, train, save. Resumable from DRAFTER_DIR.
+
+Under ``torchrun`` every rank runs this same pipeline on its share of each stage (``parallel.py``); rank 0 alone logs
+and writes the drafter, its report and checkpoints."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from edge_spec.distill import ids as ids_mod
+from edge_spec.distill import parallel
 from edge_spec.distill.card import render_card
 from edge_spec.distill.config import DistillConfig, answer_files, check_marker
 from edge_spec.distill.data import generate_data, generate_eval, shard_seconds
@@ -62,9 +68,21 @@ def train_precision(precision: str, device: str) -> str:
 
 
 def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
-    """Run (or resume) a distillation; return the report also written to DRAFTER_DIR/training.json."""
-    cap_primitive_cache()  # before the first bf16 matmul (distill/memory.py)
+    """Run (or resume) a distillation; return the report also written to DRAFTER_DIR/training.json.
+
+    Started by ``torchrun`` (``WORLD_SIZE`` > 1 in the environment), this process joins the job's other ranks for
+    the run (``parallel.py``) and only rank 0 calls ``log``."""
     device = check_device(cfg.device)
+    parallel.start(device)
+    return _distill(cfg, device, log if parallel.is_main() else _silent)
+
+
+def _silent(msg: str) -> None:
+    """The log of a rank other than 0: rank 0 speaks for the job."""
+
+
+def _distill(cfg: DistillConfig, device: str, log: Callable[[str], None]) -> dict:
+    cap_primitive_cache()  # before the first bf16 matmul (distill/memory.py)
     precision = train_precision(cfg.precision, device)
     cfg = replace(cfg, train=replace(cfg.train, bf16=precision == "bf16"),
                   eagle=replace(cfg.eagle, bf16=precision == "bf16"))
@@ -116,7 +134,7 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
         if info.get("target_sha256") not in (None, target.sha256):
             raise EdgeSpecError(f"'{answers[0]}' holds answers written by another target (sha256 "
                                 f"{str(info['target_sha256'])[:12]}...); pass the answers of '{cfg.target}'.")
-        if cfg.data_only:  # merging answers files: write the union, the durable form, and stop
+        if cfg.data_only and parallel.is_main():  # merging answers files: write the union, the durable form, stop
             (cfg.out / "data").mkdir(parents=True, exist_ok=True)
             ids_mod.pack(train_seqs, held_seqs, cfg.out / "data" / "answers.npz",
                          {"target_sha256": target.sha256, "generation_seconds": info["generation_seconds"],
@@ -135,10 +153,11 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
         data_seconds = shard_seconds(cfg.out / "data")
         train_seqs, held_seqs = load_sequences(shards)
         packed = cfg.out / "data" / "answers.npz"
-        if train_seqs and held_seqs and not packed.exists():  # the durable, compact form of the data
+        if train_seqs and held_seqs and not packed.exists() and parallel.is_main():  # the durable, compact form
             ids_mod.pack(train_seqs, held_seqs, packed, {"target_sha256": target.sha256,
                                                          "generation_seconds": round(data_seconds, 1),
                                                          "shards": [p.name for p in shards]})
+    parallel.agree(_fingerprint(train_seqs, held_seqs), "training data")
     if not train_seqs or not held_seqs:
         raise EdgeSpecError(f"The generated data in '{cfg.out / 'data'}' has {len(train_seqs)} training and "
                             f"{len(held_seqs)} held-out answers; give distill more --minutes (or more prompts).")
@@ -150,8 +169,13 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
     if cfg.data_only:
         return {"data": data_stats}
 
-    # Generation time counts across resumed runs (it is stored with the shards); loading does not.
-    train_budget = max(60.0, cfg.minutes * 60 - data_seconds) if cfg.minutes else None
+    # Generation time counts across resumed runs (it is stored with the shards, summed over the processes that
+    # wrote them: their wall time is that over the processes now); loading does not.
+    train_budget = max(60.0, cfg.minutes * 60 - data_seconds / parallel.world()) if cfg.minutes else None
+    if parallel.world() > 1:
+        batch = cfg.eagle.batch_seqs if cfg.kind == "eagle3" else cfg.train.batch_seqs
+        log(f"train: {parallel.world()} processes share each step's {batch} sequences"
+            + (" (some have none: pass a larger --train-batch)" if batch < parallel.world() else ""))
     if cfg.kind == "eagle3":
         return train_eagle(cfg, target, train_seqs, held_seqs, data_stats, train_budget, log,
                            teacher_top_k=data_cfg.top_k if answers else None, prior=prior)
@@ -173,7 +197,10 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "threads": torch.get_num_threads(),
+        "processes": parallel.world(),
     }
+    if not parallel.is_main():
+        return report
     save_drafter(drafter, cfg.out, {"target_sha256": target.sha256, "layers_from": layers_from,
                                     "target_layers": n_target, "seed": cfg.seed,
                                     "heldout": result["final"]})
@@ -182,6 +209,15 @@ def distill(cfg: DistillConfig, log: Callable[[str], None] = print) -> dict:
     log(f"saved drafter to {cfg.out} (held-out greedy agreement {result['final']['greedy_agreement']:.3f}, "
         f"T=0.7 expected acceptance {result['final']['accept_t07']:.3f})")
     return report
+
+
+def _fingerprint(train_seqs: list, held_seqs: list) -> str:
+    """A hash of the sequences' ids in order: what the ranks of a job must agree on before they train."""
+    h = hashlib.sha256()
+    for s in train_seqs + held_seqs:
+        h.update(np.int64(s.prompt_len).tobytes())
+        h.update(np.asarray(s.ids, np.int32).tobytes())
+    return h.hexdigest()
 
 
 def _data_stats(train_seqs: list, held_seqs: list, shards: list[Path], seconds: float) -> dict:

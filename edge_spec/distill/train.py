@@ -11,7 +11,9 @@ Held-out proxies of speculative acceptance, measured in torch against the fp32 t
   teacher's top-k (a lower bound: the exact sum is at most ``p_tail`` higher, reported with it).
 
 Deterministic: the batch order is a function of (seed, step), the optimizer state is checkpointed, so a
-resumed run repeats the uninterrupted one bit for bit on the same machine and thread count.
+resumed run repeats the uninterrupted one bit for bit on the same machine and thread count. Under ``torchrun`` each
+rank takes its share of every step's batch and of the held-out set (``parallel.py``): the same steps up to float
+reduction order, with any number of processes.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from edge_spec.distill import parallel
 from edge_spec.distill.drafter import trainable_state
 from edge_spec.distill.memory import TRIM_EVERY, release_freed
 from edge_spec.distill.sequence import EVAL_TEMPERATURE, Sequence
@@ -83,22 +86,34 @@ def _answer_logits(drafter: torch.nn.Module, batch: dict[str, torch.Tensor]) -> 
     return drafter.lm_head(hidden[batch["b"].to(dev), batch["t"].to(dev)]).float()
 
 
-def _kd_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor], ce_weight: float) -> torch.Tensor:
+def _kd_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor], ce_weight: float,
+             rows: int | None = None) -> torch.Tensor:
+    """Mean over answer rows of the KD loss; ``rows``: divide the rows' sum by this count instead (the global
+    batch's rows when each rank holds a part of it)."""
     dev = logits.device
     logq = F.log_softmax(logits, -1)  # [N, V]
     p_hat = F.softmax(batch["topk_logits"].to(dev), -1)  # [N, k] renormalised teacher top-k
-    kl = (p_hat * (p_hat.clamp_min(1e-30).log() - logq.gather(1, batch["topk_ids"].to(dev)))).sum(-1).mean()
+    per_row = (p_hat * (p_hat.clamp_min(1e-30).log() - logq.gather(1, batch["topk_ids"].to(dev)))).sum(-1)
+    if rows is None:
+        kl = per_row.mean()
+        if ce_weight:
+            kl = kl + ce_weight * F.nll_loss(logq, batch["next"].to(dev))
+        return kl
+    kl = per_row.sum() / rows
     if ce_weight:
-        kl = kl + ce_weight * F.nll_loss(logq, batch["next"].to(dev))
+        kl = kl + ce_weight * F.nll_loss(logq, batch["next"].to(dev), reduction="sum") / rows
     return kl
 
 
 @torch.no_grad()
 def evaluate(drafter: torch.nn.Module, held: list[Sequence], cfg: TrainConfig) -> dict[str, float]:
-    """Held-out greedy agreement (T=0 answers), T=0.7 expected acceptance (T=0.7 answers), KD loss (all)."""
+    """Held-out greedy agreement (T=0 answers), T=0.7 expected acceptance (T=0.7 answers), KD loss (all).
+
+    Each rank evaluates every world-th chunk of ``cfg.eval_batch`` sequences; the sums are added over the ranks."""
     drafter.eval()
     sums = {"agree": 0.0, "agree_n": 0, "acc": 0.0, "tail": 0.0, "acc_n": 0, "agree_all": 0.0, "loss": 0.0, "n": 0}
-    for i in range(0, len(held), cfg.eval_batch):
+    step = cfg.eval_batch * parallel.world()
+    for i in range(cfg.eval_batch * parallel.rank(), len(held), step):
         chunk = held[i:i + cfg.eval_batch]
         batch = _batch(chunk, cfg.max_len)
         logits = _answer_logits(drafter, batch)
@@ -116,6 +131,8 @@ def evaluate(drafter: torch.nn.Module, held: list[Sequence], cfg: TrainConfig) -
         sums["agree_all"] += float(hit.sum())
         sums["loss"] += float(_kd_loss(logits, batch, 0.0)) * len(hit)
         sums["n"] += len(hit)
+    added = parallel.total(torch.tensor(list(sums.values()), dtype=torch.float64)).tolist()
+    sums = {k: (int(v) if k.endswith("_n") or k == "n" else v) for k, v in zip(sums, added, strict=True)}
     drafter.train()
     return {"greedy_agreement": sums["agree"] / max(sums["agree_n"], 1), "greedy_positions": sums["agree_n"],
             "accept_t07": sums["acc"] / max(sums["acc_n"], 1),
@@ -147,13 +164,16 @@ def train(drafter: torch.nn.Module, train_seqs: list[Sequence], held: list[Seque
     the precision they are saved in)."""
     params = [p for p in drafter.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    step, planned, spent, history = 0, cfg.steps, 0.0, []
-    if (ckpt_dir / "state.pt").exists():
-        state = torch.load(ckpt_dir / "state.pt", weights_only=False)
+    step, planned, spent, history, losses = 0, cfg.steps, 0.0, [], []
+    parallel.same_params(drafter)
+    state = parallel.from_main(torch.load(ckpt_dir / "state.pt", weights_only=False, map_location="cpu")
+                               if parallel.is_main() and (ckpt_dir / "state.pt").exists() else None)
+    if state is not None:
         drafter.load_state_dict(state["model"], strict=False)
         opt.load_state_dict(state["opt"])
         step, planned, spent, history = state["step"], state["planned"], state["seconds"], state["history"]
-        log(f"train: resumed at step {step}/{planned}")
+        losses = state.get("losses", [])
+        log(f"train: resumed at step {step}/{planned}" + parallel.world_note(state.get("world", 1)))
     t_eval = time.time()
     if not history:
         history.append({"step": 0, **evaluate(drafter, held, cfg)})
@@ -165,27 +185,39 @@ def train(drafter: torch.nn.Module, train_seqs: list[Sequence], held: list[Seque
     while planned is None or step < planned:
         epoch, k = divmod(step, per_epoch)
         order = _order(len(train_seqs), cfg.seed, epoch)[k * cfg.batch_seqs:(k + 1) * cfg.batch_seqs]
-        batch = _batch([train_seqs[i] for i in order], cfg.max_len)
+        # this rank's share of the step's global batch (all of it with one process)
+        part = [train_seqs[i] for i in order[parallel.mine(len(order))] if train_seqs[i].prompt_len < cfg.max_len]
+        batch = _batch(part, cfg.max_len) if part else None
         for g in opt.param_groups:
             g["lr"] = _lr(cfg, step, planned or 1000)
-        with torch.autocast(next(drafter.parameters()).device.type, torch.bfloat16, enabled=cfg.bf16):
-            loss = _kd_loss(_answer_logits(drafter, batch), batch, cfg.ce_weight)
-        loss.backward()
-        loss_value = loss.item()
+        if parallel.world() == 1:
+            with torch.autocast(next(drafter.parameters()).device.type, torch.bfloat16, enabled=cfg.bf16):
+                loss = _kd_loss(_answer_logits(drafter, batch), batch, cfg.ce_weight)
+            loss.backward()
+            loss_value = loss.item()
+        else:  # the rows' sum over the global batch's row count, gradients added over the ranks
+            rows = int(parallel.total(torch.tensor(len(batch["b"]) if batch is not None else 0)))
+            loss = torch.zeros(())
+            if batch is not None:
+                with torch.autocast(next(drafter.parameters()).device.type, torch.bfloat16, enabled=cfg.bf16):
+                    loss = _kd_loss(_answer_logits(drafter, batch), batch, cfg.ce_weight, rows)
+                loss.backward()
+            loss_value = float(parallel.sum_grads(params, loss.detach().float().cpu()))
+        losses.append(round(loss_value, 6))
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         step += 1
         if step % TRIM_EVERY == 0:
             release_freed()
-        tokens += len(batch["b"])
+        tokens += len(batch["b"]) if batch is not None else 0
         elapsed = time.time() - t0
         rate = elapsed / (step - step0)  # seconds per step in this run
         done = step - step0
         if seconds is not None and cfg.steps is None and (done == 3 or (done > 3 and done % REPLAN_EVERY == 0)):
             # time budget: the schedule length follows from the steps so far, re-planned as they slow down
             left = seconds - spent - elapsed - 2 * t_eval  # the last periodic evaluation and the final one
-            new = max(step + 1, step + int(left / (rate + t_eval / cfg.eval_every)))
+            new = parallel.from_main(max(step + 1, step + int(left / (rate + t_eval / cfg.eval_every))))
             if planned is None or abs(new - planned) > 0.02 * planned:
                 log(f"train: {rate:.1f} s/step -> {new} steps in {(seconds - spent) / 60:.1f} min")
             planned = new
@@ -198,16 +230,18 @@ def train(drafter: torch.nn.Module, train_seqs: list[Sequence], held: list[Seque
             log(f"train {step}/{planned} [{bar:<20}] {tokens / elapsed:,.0f} answer tok/s, ETA "
                 f"{rate * (planned - step) / 60:.1f} min, loss {loss_value:.3f}, held-out greedy agreement "
                 f"{history[-1]['greedy_agreement']:.3f}")
-        if time.time() - t_last_ckpt > cfg.checkpoint_seconds or step == planned:
+        if parallel.is_main() and (time.time() - t_last_ckpt > cfg.checkpoint_seconds or step == planned):
             _save(ckpt_dir, {"model": trainable_state(drafter), "opt": opt.state_dict(), "step": step,
-                             "planned": planned, "seconds": spent + elapsed, "history": history})
+                             "planned": planned, "seconds": spent + elapsed, "history": history, "losses": losses,
+                             "world": parallel.world()})
             t_last_ckpt = time.time()
     with torch.no_grad():  # measure what is saved: fp16 weights
         for p in params:
             p.copy_(p.half().float())
     final = evaluate(drafter, held, cfg)
     return {"config": asdict(cfg), "steps": step, "seconds": round(spent + time.time() - t0, 1),
-            "history": history, "final": {k: round(v, 4) if isinstance(v, float) else v for k, v in final.items()}}
+            "processes": parallel.world(), "history": history, "losses": losses,
+            "final": {k: round(v, 4) if isinstance(v, float) else v for k, v in final.items()}}
 
 
 def _fmt(m: dict) -> str:
