@@ -17,7 +17,7 @@ from typing import Any
 
 MANIFEST_NAME = "edge_spec.json"
 FORMAT = "edge-spec-bundle"
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 PRECISIONS = ("int4", "int8", "fp16", "fp32")
 NGRAM_ENTRY_BYTES = 12  # NgramSpec: an 8-byte n-gram hash + a 4-byte token id per entry
 GRAPH_FORMATS = ("onnx", "ort")  # ModelSpec.graph_format: an ONNX protobuf or an ORT-format flatbuffer
@@ -146,6 +146,11 @@ class ChatFormat:
     trimmed: tuple[str, ...] = ()  # roles whose content the template strips (Jinja "| trim")
     end: str = ""  # appended after the last message when no generation prompt is asked for
     verified: int = 0  # conversations checked token for token against apply_chat_template at export (0: legacy)
+    # Tools (version 10): the special-token strings apply_chat_template passes the template (bos_token, ...), and
+    # how many tool conversations the Jinja rendering (runtime/template.py) matched apply_chat_template(tools=...)
+    # on, token for token; 0: the template does not render tools in the <tool_call> syntax, or predates the check
+    variables: dict[str, str] = field(default_factory=dict)
+    tools_verified: int = 0
 
 
 @dataclass(frozen=True)

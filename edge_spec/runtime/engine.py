@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from edge_spec.bundle import ChatFormat, Manifest, read_manifest
+from edge_spec.bundle import Manifest, read_manifest
 from edge_spec.demo import resolve_bundle
 from edge_spec.errors import BundleError, EdgeSpecError
 from edge_spec.runtime import chat as chat_mod
@@ -141,51 +141,66 @@ class Engine:
                  max_new_tokens: int | None = None, temperature: float | None = None, top_k: int | None = None,
                  top_p: float | None = None, min_p: float | None = None, seed: int | None = None,
                  stop: Sequence[str] | None = None,
-                 speculative: bool | None = None, draft_length: int | None = None) -> Result:
-        """Generate a completion of ``prompt`` (text, or token ids used as-is)."""
+                 speculative: bool | None = None, draft_length: int | None = None,
+                 logprobs: int | None = None) -> Result:
+        """Generate a completion of ``prompt`` (text, or token ids used as-is). ``logprobs`` (0..20; None: off): each
+        token's log-probability and that many alternatives on ``Result.logprobs`` (runtime/logprobs.py)."""
         cfg = GenerationConfig.merged(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                                       top_p=top_p, min_p=min_p, seed=seed, stop=stop, speculative=speculative,
-                                      draft_length=draft_length)
+                                      draft_length=draft_length, logprobs=logprobs)
         return self._collect(self._run(self._encode(prompt), cfg))
 
     def stream(self, prompt: str | Sequence[int], config: GenerationConfig | dict[str, Any] | None = None, *,
                max_new_tokens: int | None = None, temperature: float | None = None, top_k: int | None = None,
                top_p: float | None = None, min_p: float | None = None, seed: int | None = None,
                stop: Sequence[str] | None = None,
-               speculative: bool | None = None, draft_length: int | None = None) -> Iterator[StreamEvent]:
-        """Like :meth:`generate`, yielding a :class:`StreamEvent` per decode step. Breaking out is safe."""
+               speculative: bool | None = None, draft_length: int | None = None,
+               logprobs: int | None = None) -> Iterator[StreamEvent]:
+        """Like :meth:`generate`, yielding a :class:`StreamEvent` per decode step (with ``logprobs``: each event's
+        ``logprobs``, one per token id). Breaking out is safe."""
         cfg = GenerationConfig.merged(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                                       top_p=top_p, min_p=min_p, seed=seed, stop=stop, speculative=speculative,
-                                      draft_length=draft_length)
+                                      draft_length=draft_length, logprobs=logprobs)
         return self._run(self._encode(prompt), cfg)
 
-    def chat(self, messages: Sequence[dict[str, str]], config: GenerationConfig | dict[str, Any] | None = None, *,
+    def chat(self, messages: Sequence[dict[str, Any]], config: GenerationConfig | dict[str, Any] | None = None, *,
              stream: bool = False, max_new_tokens: int | None = None, temperature: float | None = None,
              top_k: int | None = None, top_p: float | None = None, min_p: float | None = None,
              seed: int | None = None,
              stop: Sequence[str] | None = None, speculative: bool | None = None,
-             draft_length: int | None = None) -> Result | Iterator[StreamEvent]:
+             draft_length: int | None = None, logprobs: int | None = None,
+             tools: Sequence[dict[str, Any]] | None = None, reply_prefix: str = "") -> Result | Iterator[StreamEvent]:
         """Render ``messages`` with the model's chat template (flattened at export) and answer as the assistant.
 
         The prompt ids are what ``tokenizer.apply_chat_template(messages, add_generation_prompt=True)``
         gives. KV is reused across turns: only tokens after the longest common prefix of those ids
         and the tokens the engine holds (last prompt + reply) are prefilled. A reply that fills the
-        context ends with finish_reason "context_full" (no warning: :meth:`fit_chat` makes room)."""
+        context ends with finish_reason "context_full" (no warning: :meth:`fit_chat` makes room).
+
+        ``tools``, tool results and assistant ``tool_calls`` render the model's Jinja template as
+        ``apply_chat_template(tools=...)`` (runtime/template.py); read calls with ``tool_calls.parse_tool_calls``.
+        ``reply_prefix``: text the reply starts with (not in the returned text). ``logprobs``: see :meth:`generate`."""
         cfg = GenerationConfig.merged(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                                       top_p=top_p, min_p=min_p, seed=seed, stop=stop, speculative=speculative,
-                                      draft_length=draft_length)
-        events = self._run(self._encode(self.encode_chat(messages)), cfg, warn_full=False)
+                                      draft_length=draft_length, logprobs=logprobs)
+        ids = self.encode_chat(messages, tools=tools, reply_prefix=reply_prefix)
+        events = self._run(self._encode(ids), cfg, warn_full=False)
         return events if stream else self._collect(events)
 
-    def render_chat(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> str:
+    def render_chat(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True,
+                    tools: Sequence[dict[str, Any]] | None = None) -> str:
         """The text of the conversation as the model's chat template renders it."""
-        return chat_mod.render_chat(self._chat_format(), messages, add_generation_prompt)
+        return chat_mod.render_any(self.manifest, messages, tools, add_generation_prompt)
 
-    def encode_chat(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
-        """Token ids of the conversation, equal to ``apply_chat_template(messages, tokenize=True, ...)``."""
-        return chat_mod.encode_chat(self.tokenizer, self._chat_format(), messages, add_generation_prompt)
+    def encode_chat(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True,
+                    tools: Sequence[dict[str, Any]] | None = None, reply_prefix: str = "") -> list[int]:
+        """Token ids of the conversation, equal to ``apply_chat_template(messages, tools=tools, tokenize=True, ...)``
+        (then ``reply_prefix`` encoded with it)."""
+        return chat_mod.encode_any(self.tokenizer, self.manifest, messages, tools, add_generation_prompt,
+                                   reply_prefix)
 
-    def fit_chat(self, messages: Sequence[dict[str, str]], reserve: int) -> tuple[list[dict[str, str]], int]:
+    def fit_chat(self, messages: Sequence[dict[str, Any]], reserve: int, tools: Sequence[dict[str, Any]] | None = None,
+                 reply_prefix: str = "") -> tuple[list[dict[str, Any]], int]:
         """Drop the oldest turns (never the system prompt) so the prompt leaves ``reserve`` tokens for the reply.
 
         Returns (kept messages, number of messages dropped). When turns must go, the prompt is cut
@@ -193,13 +208,17 @@ class Engine:
         system prompt that stays (positions after it change, so the rest is prefilled again)."""
         cap = self._dec.capacity
         reserve = max(0, min(reserve, cap // 2))
-        return chat_mod.fit_chat(messages, lambda m: len(self.encode_chat(m)), cap - reserve, cap // 2)
+        return chat_mod.fit_chat(messages, lambda m: len(self.encode_chat(m, tools=tools, reply_prefix=reply_prefix)),
+                                 cap - reserve, cap // 2)
 
-    def _chat_format(self) -> ChatFormat:
-        chat = self.manifest.tokenizer.chat
-        if chat is None:
-            raise EdgeSpecError("This bundle has no chat format; use generate() with a plain prompt.")
-        return chat
+    def token_bytes(self, token: int) -> bytes:
+        """The raw bytes a token id stands for (b"" for special tokens such as end-of-turn)."""
+        return self._bytes[token] if self._bytes is not None else self.tokenizer.decode([token]).encode()
+
+    @property
+    def supports_tools(self) -> bool:
+        """The chat template renders tools in the ``<tool_call>`` syntax and the export verified it."""
+        return self.manifest.tokenizer.chat is not None and self.manifest.tokenizer.chat.tools_verified > 0
 
     def reset(self) -> None:
         """Forget the conversation (KV cursors to 0). Learned step costs are kept."""
@@ -260,18 +279,19 @@ class Engine:
         finish = "length"
         try:
             for step in decode(dec, cfg.sampling, policy, noise, cfg.max_new_tokens, stop_ids, cfg.threshold,
-                               lookup_policy, cfg.draft_sampling):
+                               lookup_policy, cfg.draft_sampling, cfg.logprobs):
                 if self._owner is not owner:
                     raise EdgeSpecError("This stream was superseded by a newer call on the same engine; "
                                         "finish or close a stream before starting another.")
                 st.count(step)
+                lps = tuple(step.logprobs or ())
                 detok.push(step.tokens)
                 text = detok.text
                 cut = _find_stop(text, cfg.stop, max(0, emitted - hold))
                 finish = step.finish or finish
                 if cut is not None:
                     finish = "stop_string"
-                    yield StreamEvent(text[emitted:cut], tuple(step.tokens), tuple(step.from_drafter), finish)
+                    yield StreamEvent(text[emitted:cut], tuple(step.tokens), tuple(step.from_drafter), finish, lps)
                     return
                 if step.finish == "context_full" and warn_full:
                     warnings.warn(f"Generation stopped because the context is full ({dec.capacity} tokens, the "
@@ -283,10 +303,10 @@ class Engine:
                     cut = _find_stop(text, cfg.stop, max(0, emitted - hold))
                     end = len(text) if cut is None else cut
                     finish = "stop_string" if cut is not None else step.finish
-                    yield StreamEvent(text[emitted:end], tuple(step.tokens), tuple(step.from_drafter), finish)
+                    yield StreamEvent(text[emitted:end], tuple(step.tokens), tuple(step.from_drafter), finish, lps)
                     return
                 safe = max(emitted, len(text) - hold)
-                yield StreamEvent(text[emitted:safe], tuple(step.tokens), tuple(step.from_drafter))
+                yield StreamEvent(text[emitted:safe], tuple(step.tokens), tuple(step.from_drafter), None, lps)
                 emitted = safe
         finally:
             dec.sync_kv()
@@ -299,12 +319,13 @@ class Engine:
                 self._owner = None
 
     def _collect(self, events: Iterator[StreamEvent]) -> Result:
-        texts, ids, finish = [], [], "length"
+        texts, ids, lps, finish = [], [], [], "length"
         for ev in events:
             texts.append(ev.text)
             ids.extend(ev.token_ids)
+            lps.extend(ev.logprobs)
             finish = ev.finish_reason or finish
-        return Result("".join(texts), tuple(ids), finish, self.last_stats)  # set when the generator finished
+        return Result("".join(texts), tuple(ids), finish, self.last_stats, tuple(lps))  # stats: set at the end
 
     def describe(self) -> str:
         return self.plan.describe() + f"\n  devices: target={self.devices['target']}, drafter={self.devices['drafter']}"
