@@ -127,14 +127,14 @@ REPLY = ["Let me", " check.\n<tool", '_call>\n{"name": "get_weather", "argu', 'm
          'is"}}\n</tool_call>', '\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lyon"}}\n</tool_call>']
 
 
-def _scripted(engine: Engine, seen: list[dict[str, Any]]) -> Any:
+def _scripted(engine: Engine, seen: list[dict[str, Any]], reply: list[str] = REPLY) -> Any:
     """engine.chat replaced by a reply of fixed text (each piece one event), after recording what it was given."""
     def chat(messages: Any, config: Any = None, *, stream: bool = False, tools: Any = None, reply_prefix: str = "",
              **kw: Any) -> Iterator[StreamEvent]:
         seen.append({"tools": tools, "reply_prefix": reply_prefix})
-        ids = [engine.tokenizer.encode(p).ids for p in REPLY]
-        return iter([StreamEvent(p, tuple(t), (False,) * len(t), "stop_token" if i == len(REPLY) - 1 else None)
-                     for i, (p, t) in enumerate(zip(REPLY, ids))])
+        ids = [engine.tokenizer.encode(p).ids for p in reply]
+        return iter([StreamEvent(p, tuple(t), (False,) * len(t), "stop_token" if i == len(reply) - 1 else None)
+                     for i, (p, t) in enumerate(zip(reply, ids))])
     return chat
 
 
@@ -164,6 +164,18 @@ def test_calls_come_out_as_openai_tool_calls_whole_and_streamed(served: LiveServ
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
     first_call = next(i for i, c in enumerate(chunks) if c.choices and c.choices[0].delta.tool_calls)
     assert "".join(c.choices[0].delta.content or "" for c in chunks[:first_call] if c.choices) == "Let me check."
+
+
+def test_a_json_block_naming_an_offered_tool_is_a_call(served: LiveServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What Qwen2.5-Coder-1.5B writes for "What is the weather in Paris?" with a get_weather tool."""
+    fenced = ["```json\n{\n  \"name\": \"get_weather\",\n", '  "arguments": {"city": "Paris"}\n}\n```']
+    monkeypatch.setattr(served.engine, "chat", _scripted(served.engine, [], fenced))
+    choice = _post(served, OK).json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    assert [c["function"] for c in choice["message"]["tool_calls"]] == [{"name": "get_weather",
+                                                                         "arguments": '{"city": "Paris"}'}]
+    other = {**OK, "tools": [tool_template.TIME]}  # the block names a tool this request does not offer: text
+    assert _post(served, other).json()["choices"][0]["message"] == {"role": "assistant", "content": "".join(fenced)}
 
 
 def test_forced_calls_start_the_reply_with_the_opening(served: LiveServer, monkeypatch: pytest.MonkeyPatch) -> None:

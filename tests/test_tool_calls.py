@@ -57,6 +57,35 @@ def test_a_streamed_reply_reads_as_the_whole_one(text: str, want: tuple[str, lis
     assert ("".join(p for p in pieces if isinstance(p, str)), [p for p in pieces if isinstance(p, ToolCall)]) == want
 
 
+FENCED = '```json\n{\n  "name": "get_weather",\n  "arguments": {"city": "Paris"}\n}\n```'
+# with the request's tool names: a ```json block naming one of them is a call too (as llama-server reads it)
+NAMED = [
+    (FENCED, ("", [ToolCall("get_weather", '{"city": "Paris"}')])),
+    ("Calling it:\n" + FENCED + "\nDone.", ("Calling it:Done.", [ToolCall("get_weather", '{"city": "Paris"}')])),
+    (FENCED.replace("get_weather", "get_time"), (FENCED.replace("get_weather", "get_time"), [])),  # not offered
+    ('An example:\n```json\n{"a": 1}\n```\n```python\nx = 1\n```', (
+        'An example:\n```json\n{"a": 1}\n```\n```python\nx = 1\n```', [])),
+    (WEATHER_CALL, ("", [ToolCall("get_weather", '{"city": "Paris"}')])),
+    ('<tool_call>{"name": "anything"}</tool_call>', ("", [ToolCall("anything", "{}")])),  # the tag says it is a call
+    ("```js and ```jso", ("```js and ```jso", [])),
+]
+
+
+@pytest.mark.parametrize("text,want", NAMED)
+@pytest.mark.parametrize("step", [1, 4, 1000])
+def test_fenced_json_calls_count_only_for_offered_tools(text: str, want: tuple[str, list[ToolCall]],
+                                                        step: int) -> None:
+    names = frozenset({"get_weather"})
+    stream = ToolCallStream(names)
+    pieces = []
+    for i in range(0, len(text), step):
+        pieces += stream.feed(text[i:i + step])
+    pieces += stream.finish()
+    got = ("".join(p for p in pieces if isinstance(p, str)), [p for p in pieces if isinstance(p, ToolCall)])
+    assert got == want == parse_tool_calls(text, names)
+    assert parse_tool_calls(FENCED) == (FENCED, [])  # without names (no tools offered) a block is text
+
+
 def test_content_streams_before_the_call_and_the_call_when_it_closes() -> None:
     stream = ToolCallStream()
     assert stream.feed("Let me check") == ["Let me check"]  # nothing that could start a tag: sent at once

@@ -1,9 +1,12 @@
 """Tool calls in a reply, Hermes / Qwen2.5 style: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
 
 The model writes each call as a JSON object inside the tags (the syntax its chat template teaches it,
-llama-server's Hermes-2-Pro format); several calls are several blocks. :class:`ToolCallStream` reads the
+llama-server's Hermes-2-Pro format); several calls are several blocks. Small models (Qwen2.5-Coder-1.5B)
+often write the same object in a Markdown block instead, ```` ```json {...} ``` ````, which llama-server's
+Hermes parser also reads as a call: so do we, when the name is one of the request's tools (``names``), so
+that a JSON example in an answer is not mistaken for one. :class:`ToolCallStream` reads the
 reply as it streams: text outside the blocks comes out as content at once (except a tail that may be the
-start of ``<tool_call>``, held until it is known), a block comes out as one :class:`ToolCall` when it closes.
+start of an opening tag, held until it is known), a block comes out as one :class:`ToolCall` when it closes.
 A block whose body is not such an object stays text, tags and all, as llama-server leaves it; so does an
 unclosed block at the end of the reply unless its body is a complete call (the model stopped right after it).
 Whitespace that only separates content from a block is dropped. :func:`parse_tool_calls` is the same reader
@@ -18,6 +21,8 @@ from dataclasses import dataclass
 from edge_spec.runtime.template import TOOL_CALL_OPEN
 
 TOOL_CALL_CLOSE = "</tool_call>"
+FENCE_OPEN, FENCE_CLOSE = "```json", "```"
+_CLOSERS = {TOOL_CALL_OPEN: TOOL_CALL_CLOSE, FENCE_OPEN: FENCE_CLOSE}
 
 
 @dataclass(frozen=True)
@@ -50,9 +55,11 @@ class ToolCallStream:
     """Splits a streamed reply into content and tool calls; :meth:`feed` / :meth:`finish` return the pieces in
     order: ``str`` (content) or :class:`ToolCall`."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: frozenset[str] | None = None) -> None:
+        self.names = names  # the request's tool names: a ```json block is a call only if it names one of them
         self._buf = ""  # text not yet given out
         self._in_call = False  # _buf is the body of an open block
+        self._opener = TOOL_CALL_OPEN  # the open block's opening tag
         self._after_call = False  # drop whitespace until the next non-space content
         self._gap = ""  # the whitespace before the open block: given back if the block is not a call
         self.calls = 0
@@ -62,23 +69,25 @@ class ToolCallStream:
         out: list[str | ToolCall] = []
         while True:
             if self._in_call:
-                end = self._buf.find(TOOL_CALL_CLOSE)
+                closer = _CLOSERS[self._opener]
+                end = self._buf.find(closer)
                 if end < 0:
                     return out
-                body, self._buf = self._buf[:end], self._buf[end + len(TOOL_CALL_CLOSE):]
-                self._close(body, TOOL_CALL_CLOSE, out)
+                body, self._buf = self._buf[:end], self._buf[end + len(closer):]
+                self._close(body, closer, out)
                 continue
-            at = self._buf.find(TOOL_CALL_OPEN)
-            if at >= 0:
+            found = [(at, o) for o in self._openers() if (at := self._buf.find(o)) >= 0]
+            if found:
+                at, self._opener = min(found)
                 before = self._buf[:at]
                 self._content(before.rstrip(), out)
                 self._gap = before[len(before.rstrip()):]
-                self._buf = self._buf[at + len(TOOL_CALL_OPEN):]
+                self._buf = self._buf[at + len(self._opener):]
                 self._in_call = True
                 continue
-            # hold back a tail that may begin "<tool_call>", and trailing whitespace (it may precede a block)
-            keep = next((k for k in range(min(len(self._buf), len(TOOL_CALL_OPEN) - 1), 0, -1)
-                         if TOOL_CALL_OPEN.startswith(self._buf[-k:])), 0)
+            # hold back a tail that may begin an opening tag, and trailing whitespace (it may precede a block)
+            keep = next((k for k in range(min(len(self._buf), len(FENCE_OPEN + TOOL_CALL_OPEN)), 0, -1)
+                         if any(o.startswith(self._buf[-k:]) for o in self._openers())), 0)
             head, tail = self._buf[:len(self._buf) - keep], self._buf[len(self._buf) - keep:]
             stripped = head.rstrip()
             self._content(stripped, out)
@@ -98,11 +107,16 @@ class ToolCallStream:
         self._buf = ""
         return out
 
+    def _openers(self) -> tuple[str, ...]:
+        return (TOOL_CALL_OPEN, FENCE_OPEN) if self.names else (TOOL_CALL_OPEN,)
+
     def _close(self, body: str, closer: str, out: list[str | ToolCall]) -> None:
         self._in_call = False
         call = parse_call(body)
+        if call is not None and self._opener == FENCE_OPEN and call.name not in (self.names or ()):
+            call = None
         if call is None:  # not a call: the block stays text, with the whitespace before it
-            self._content(self._gap + TOOL_CALL_OPEN + body + closer, out, keep_space=True)
+            self._content(self._gap + self._opener + body + closer, out, keep_space=True)
             return
         out.append(call)
         self.calls += 1
@@ -119,9 +133,10 @@ class ToolCallStream:
                 out.append(text)
 
 
-def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
-    """A whole reply -> (content, calls): the content is the text outside the blocks (see the module docstring)."""
-    stream = ToolCallStream()
+def parse_tool_calls(text: str, names: frozenset[str] | None = None) -> tuple[str, list[ToolCall]]:
+    """A whole reply -> (content, calls): the content is the text outside the blocks (see the module docstring);
+    ``names``: the tools offered (``` ```json ``` blocks are read only for these)."""
+    stream = ToolCallStream(names)
     pieces = stream.feed(text) + stream.finish()
     content = "".join(p for p in pieces if isinstance(p, str))
     return content, [p for p in pieces if isinstance(p, ToolCall)]

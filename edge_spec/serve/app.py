@@ -141,7 +141,8 @@ async def _chat(request: Request) -> Response:
     tl.check_supported(server.engine, req.messages, req.tools)  # reads the manifest only: safe beside the worker
     reserve = req.sampling.max_tokens or server.config.reply_reserve
     prefix = tl.reply_prefix(req.tool_choice)
-    tools = None if req.tool_choice.mode == "none" else tl.ToolReply(prefix, req.parallel_tool_calls)
+    tools = None if req.tool_choice.mode == "none" else tl.ToolReply(prefix, req.parallel_tool_calls, frozenset(
+        t["function"]["name"] for t in req.tools or ()))
     reply = Reply(Shaper(True, server.config.model_names[0], server.mode), _tracker(server, req.logprobs), tools)
     return await _generate(request, server, lambda engine: _start_chat(engine, req, reserve, prefix), reply,
                            req.sampling)

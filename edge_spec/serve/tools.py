@@ -179,10 +179,10 @@ def call_objects(calls: list[ToolCall], start: int = 0) -> list[dict[str, Any]]:
 
 class ToolReply:
     """Reads one reply (prefix + streamed text) into content pieces and calls; ``parallel`` False keeps the first
-    call only."""
+    call only; ``names``: the request's tool names."""
 
-    def __init__(self, prefix: str, parallel: bool) -> None:
-        self.stream, self.parallel, self.calls = ToolCallStream(), parallel, 0
+    def __init__(self, prefix: str, parallel: bool, names: frozenset[str] | None = None) -> None:
+        self.stream, self.parallel, self.calls = ToolCallStream(names), parallel, 0
         self._pending = self.stream.feed(prefix)
 
     def feed(self, text: str) -> tuple[str, list[dict[str, Any]]]:
