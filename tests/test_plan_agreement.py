@@ -21,7 +21,7 @@ import pytest
 from edge_spec.bundle import read_manifest
 from edge_spec.errors import EdgeSpecError
 from edge_spec.runtime.budget import plan_memory, request_context
-from edge_spec.runtime.engine import BASELINE_ROUNDING
+from edge_spec.runtime.prepare import BASELINE_ROUNDING
 
 pytestmark = pytest.mark.slow
 

@@ -273,7 +273,8 @@ BAD = [  # (what, path, body, status, code, param)
     ("n = 2", "/v1/chat/completions", {**OK, "n": 2}, 400, "unsupported_parameter", "n"),
     ("tools", "/v1/chat/completions", {**OK, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400,
      "unsupported_parameter", "tools"),
-    ("logprobs", "/v1/chat/completions", {**OK, "logprobs": True}, 400, "unsupported_parameter", "logprobs"),
+    ("top_logprobs 50", "/v1/chat/completions", {**OK, "logprobs": True, "top_logprobs": 50}, 400, "invalid_value",
+     "top_logprobs"),
     ("unknown model", "/v1/chat/completions", {**OK, "model": "gpt-4o"}, 404, "model_not_found", "model"),
     ("model a number", "/v1/chat/completions", {**OK, "model": 3}, 400, "invalid_type", "model"),
     ("oversized body", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "' + b"x" * (2 << 20) +

@@ -150,6 +150,11 @@ class ChatFormat:
     trimmed: tuple[str, ...] = ()  # roles whose content the template strips (Jinja "| trim")
     end: str = ""  # appended after the last message when no generation prompt is asked for
     verified: int = 0  # conversations checked token for token against apply_chat_template at export (0: legacy)
+    # Tools (version 10): the special-token strings apply_chat_template passes the template (bos_token, ...), and
+    # how many tool conversations the Jinja rendering (runtime/template.py) matched apply_chat_template(tools=...)
+    # on, token for token; 0: the template does not render tools in the <tool_call> syntax, or predates the check
+    variables: dict[str, str] = field(default_factory=dict)
+    tools_verified: int = 0
 
 
 @dataclass(frozen=True)

@@ -163,7 +163,9 @@ def manifest_from_json(data: Any) -> Manifest:
             chat = ChatFormat(roles={str(r): (str(v[0]), str(v[1])) for r, v in c.roles.items()},
                               generation_prompt=str(c.generation_prompt), template=c.template,
                               prefixes={str(k): str(v) for k, v in c.prefixes.items()},
-                              trimmed=tuple(str(r) for r in c.trimmed), end=str(c.end), verified=int(c.verified))
+                              trimmed=tuple(str(r) for r in c.trimmed), end=str(c.end), verified=int(c.verified),
+                              variables={str(k): str(v) for k, v in c.variables.items()},
+                              tools_verified=int(c.tools_verified))
         except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
             raise BundleError(f"The manifest field 'tokenizer.chat' is malformed ({exc}); re-export the bundle.") \
                 from None

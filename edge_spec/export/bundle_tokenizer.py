@@ -14,7 +14,7 @@ from typing import Any
 
 from edge_spec.bundle import TokenizerSpec, find_fim
 from edge_spec.errors import EdgeSpecError, ExportError
-from edge_spec.export import build, chat_template, own_build, tokenizer_check
+from edge_spec.export import build, chat_template, own_build, tokenizer_check, tool_template
 from edge_spec.export import gguf as gguf_src
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
@@ -108,6 +108,8 @@ def _tokenizer_spec(src: Path, tok_dir: Path) -> TokenizerSpec:
     gen = json.loads(gen_file.read_text(encoding="utf-8")) if gen_file.is_file() else {}
     runtime_tok = _effective_tokenizer(tok, tok_dir / "tokenizer.json")
     chat = chat_template.chat_format(tok, runtime_tok)
+    if chat is not None:  # tool conversations: the runtime's Jinja rendering checked against apply_chat_template
+        chat = tool_template.with_tools(tok, runtime_tok, chat)
     stops = tokenizer_check.stop_token_ids(tok, tok_json, gen, chat)
     files = tuple(f"tokenizer/{f}" for f in TOKENIZER_FILES if (tok_dir / f).is_file())
     return TokenizerSpec(files=files, vocab_size=len(tok), bos_token_id=tok.bos_token_id, stop_token_ids=stops,

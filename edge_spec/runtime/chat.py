@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from edge_spec.bundle import ChatFormat
+from edge_spec.bundle import ChatFormat, Manifest
 from edge_spec.errors import EdgeSpecError
+from edge_spec.runtime import template
 
 START = "^"  # the "previous role" of the first message
 
@@ -59,13 +60,45 @@ def render_chat(fmt: ChatFormat, messages: Sequence[dict[str, str]], add_generat
 
 
 def encode_chat(tokenizer: Any, fmt: ChatFormat, messages: Sequence[dict[str, str]],
-                add_generation_prompt: bool = True) -> list[int]:
-    """Token ids of the rendered conversation, as ``apply_chat_template(..., tokenize=True)`` gives them.
+                add_generation_prompt: bool = True, reply_prefix: str = "") -> list[int]:
+    """Token ids of the rendered conversation, as ``apply_chat_template(..., tokenize=True)`` gives them
+    (``reply_prefix``: text the assistant's reply starts with, encoded with it).
 
     ``tokenizer`` is a ``tokenizers.Tokenizer``. Legacy formats (``verified == 0``) stripped BOS
     from the text and relied on the tokenizer's post-processor, so they keep adding special tokens."""
-    text = render_chat(fmt, messages, add_generation_prompt)
+    text = render_chat(fmt, messages, add_generation_prompt) + reply_prefix
     return list(tokenizer.encode(text, add_special_tokens=fmt.verified == 0).ids)
+
+
+def chat_format(manifest: Manifest, tools: bool = False) -> ChatFormat:
+    """The bundle's chat format; with ``tools``, only if the export verified its template with tools."""
+    chat = manifest.tokenizer.chat
+    if chat is None:
+        raise EdgeSpecError("This bundle has no chat format; use generate() with a plain prompt.")
+    if tools and chat.tools_verified == 0:
+        why = "was exported before edge-spec checked tool templates; re-export it to use tools" \
+            if manifest.version < 10 else "does not render tools in the <tool_call> format edge-spec reads"
+        raise EdgeSpecError(f"This model's chat template {why}, so tools and tool messages cannot be used.")
+    return chat
+
+
+def render_any(manifest: Manifest, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None,
+               add_generation_prompt: bool = True) -> str:
+    """The conversation's text: the flattened format, or the Jinja template when tools are involved
+    (:func:`edge_spec.runtime.template.needs_template`)."""
+    if template.needs_template(messages, tools):
+        return template.render_template(chat_format(manifest, tools=True), messages, tools, add_generation_prompt)
+    return render_chat(chat_format(manifest), messages, add_generation_prompt)
+
+
+def encode_any(tokenizer: Any, manifest: Manifest, messages: Sequence[dict[str, Any]],
+               tools: Sequence[dict[str, Any]] | None, add_generation_prompt: bool = True,
+               reply_prefix: str = "") -> list[int]:
+    """Token ids of :func:`render_any` (+ ``reply_prefix``), as ``apply_chat_template(..., tokenize=True)``."""
+    if template.needs_template(messages, tools):
+        return template.encode_template(tokenizer, chat_format(manifest, tools=True), messages, tools,
+                                        add_generation_prompt, reply_prefix)
+    return encode_chat(tokenizer, chat_format(manifest), messages, add_generation_prompt, reply_prefix)
 
 
 def fit_chat(messages: Sequence[dict[str, str]], count: Callable[[Sequence[dict[str, str]]], int], limit: int,

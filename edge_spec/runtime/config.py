@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from edge_spec.errors import EdgeSpecError
+from edge_spec.runtime.logprobs import MAX_TOP_LOGPROBS, TokenLogprob
 from edge_spec.runtime.sampling import SamplingConfig, draft_sampling
 
 if TYPE_CHECKING:
@@ -39,6 +40,9 @@ class GenerationConfig:
     # sampled drafts' temperature: None = DRAFT_TEMPERATURE_RATIO (0.7) x temperature; 0 = the drafter's argmax.
     # Output is exact for any value; it only changes how often drafts are accepted.
     draft_temperature: float | None = None
+    # None: off (nothing computed). k in 0..20: each token's log-probability and its k likeliest alternatives, from
+    # the distribution it was drawn from (runtime/logprobs.py), on StreamEvent.logprobs / Result.logprobs
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         stop = (self.stop,) if isinstance(self.stop, str) else self.stop
@@ -63,6 +67,10 @@ class GenerationConfig:
         c = self.confidence_threshold
         if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 <= c <= 1):
             raise EdgeSpecError(f"confidence_threshold={c!r} must be None or a number in [0, 1].")
+        lp = self.logprobs
+        if lp is not None and (not is_whole(lp) or not 0 <= lp <= MAX_TOP_LOGPROBS):
+            raise EdgeSpecError(f"logprobs={lp!r} must be None (off) or a whole number of alternatives in "
+                                f"[0, {MAX_TOP_LOGPROBS}].")
         _ = self.sampling  # validates temperature / top_k / top_p / min_p
         dt = self.draft_temperature
         if dt is not None and (isinstance(dt, bool) or not isinstance(dt, (int, float)) or not 0 <= dt < math.inf):
@@ -128,6 +136,7 @@ class StreamEvent:
     token_ids: tuple[int, ...]
     from_drafter: tuple[bool, ...]  # per token: proposed by the drafter and accepted
     finish_reason: str | None = None  # set on the last event
+    logprobs: tuple[TokenLogprob, ...] = ()  # one per token id when GenerationConfig.logprobs is set
 
 
 @dataclass
@@ -209,3 +218,4 @@ class Result:
     token_ids: tuple[int, ...]
     finish_reason: str  # "stop_token", "stop_string", "length", "context_full"
     stats: Stats
+    logprobs: tuple[TokenLogprob, ...] = ()  # one per token id when GenerationConfig.logprobs is set

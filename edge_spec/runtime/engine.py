@@ -14,25 +14,23 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from edge_spec.bundle import ChatFormat, Manifest, read_manifest
+from edge_spec.bundle import Manifest
 from edge_spec.demo import resolve_bundle
 from edge_spec.errors import BundleError, EdgeSpecError
 from edge_spec.runtime import chat as chat_mod
 from edge_spec.runtime import fim as fim_mod
-from edge_spec.runtime.budget import Plan, parse_budget, plan_memory, request_context
+from edge_spec.runtime.budget import Plan, parse_budget
 from edge_spec.runtime.config import GenerationConfig, LoadConfig, Result, Stats, StreamEvent, is_whole
 from edge_spec.runtime.detok import StreamDetokenizer, byte_table, find_stop
 from edge_spec.runtime.drafting import DraftPolicy
-from edge_spec.runtime.memory import current_rss, drop_mapped_pages
+from edge_spec.runtime.memory import drop_mapped_pages
 from edge_spec.runtime.ngrams import NgramTable
 from edge_spec.runtime.options import thread_plan
+from edge_spec.runtime.prepare import Prompt, load_id_map, prepare
 from edge_spec.runtime.providers import MIN_ROWS, resolve
 from edge_spec.runtime.sampling import Noise, Rejection
 from edge_spec.runtime.session import ModelSession, shared_initializers
 from edge_spec.runtime.speculative import Decoder, decode
-
-BASELINE_ROUNDING = 4 << 20
-Prompt = str | Sequence[int] | Sequence[dict[str, str]]  # text, token ids, or chat messages
 
 __all__ = ["Engine", "GenerationConfig", "Result", "StreamEvent", "Stats", "Plan"]
 
@@ -85,7 +83,7 @@ class Engine:
         t_device = resolve(device, strict, "target")  # e.g. "webgpu", "openvino:NPU" (runtime/providers.py)
         d_device = resolve(drafter_device or device, strict, "drafter")
         t_dev, d_dev = t_device.name, d_device.name
-        manifest, tokenizer, plan = _prepare(root, config, prompt, max_new_tokens)
+        manifest, tokenizer, plan = prepare(root, config, prompt, max_new_tokens)
         # One pass-shape rule for every mode (plain, speculative, no drafter): a graph that pads itself needs none
         # (batch_invariant_rows 1); older bundles (2) and some devices (MIN_ROWS) pad here, in every mode alike,
         # so that greedy speculative output equals what the bundle writes with no drafter loaded.
@@ -109,7 +107,7 @@ class Engine:
                                    capacity=plan.max_context, max_rows=plan.drafter_rows,
                                    threads=d_threads, initializers=shared, spin=d_spin)
             if manifest.vocab_trim is not None:
-                id_map = _load_id_map(root, manifest)
+                id_map = load_id_map(root, manifest)
             elif manifest.drafter.vocab_size != manifest.target.vocab_size:
                 raise BundleError("The drafter's vocabulary differs from the target's but the manifest has no "
                                   "vocab_trim id map; re-export the bundle.")
@@ -136,47 +134,57 @@ class Engine:
         load agree."""
         config = LoadConfig(parse_budget(memory_budget), max_context=max_context, draft_length=draft_length,
                             drafting=drafting)
-        return _prepare(resolve_bundle(bundle), config, prompt, max_new_tokens)[2]
+        return prepare(resolve_bundle(bundle), config, prompt, max_new_tokens)[2]
 
     # ------------------------------------------------------------------ public calls
     def generate(self, prompt: str | Sequence[int], config: GenerationConfig | dict[str, Any] | None = None, *,
                  max_new_tokens: int | None = None, temperature: float | None = None, top_k: int | None = None,
                  top_p: float | None = None, min_p: float | None = None, seed: int | None = None,
                  stop: Sequence[str] | None = None,
-                 speculative: bool | None = None, draft_length: int | None = None) -> Result:
-        """Generate a completion of ``prompt`` (text, or token ids used as-is)."""
+                 speculative: bool | None = None, draft_length: int | None = None,
+                 logprobs: int | None = None) -> Result:
+        """Generate a completion of ``prompt`` (text, or token ids used as-is). ``logprobs`` (0..20; None: off): each
+        token's log-probability and that many alternatives on ``Result.logprobs`` (runtime/logprobs.py)."""
         cfg = GenerationConfig.merged(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                                       top_p=top_p, min_p=min_p, seed=seed, stop=stop, speculative=speculative,
-                                      draft_length=draft_length)
+                                      draft_length=draft_length, logprobs=logprobs)
         return self._collect(self._run(self._encode(prompt), cfg))
 
     def stream(self, prompt: str | Sequence[int], config: GenerationConfig | dict[str, Any] | None = None, *,
                max_new_tokens: int | None = None, temperature: float | None = None, top_k: int | None = None,
                top_p: float | None = None, min_p: float | None = None, seed: int | None = None,
                stop: Sequence[str] | None = None,
-               speculative: bool | None = None, draft_length: int | None = None) -> Iterator[StreamEvent]:
-        """Like :meth:`generate`, yielding a :class:`StreamEvent` per decode step. Breaking out is safe."""
+               speculative: bool | None = None, draft_length: int | None = None,
+               logprobs: int | None = None) -> Iterator[StreamEvent]:
+        """Like :meth:`generate`, yielding a :class:`StreamEvent` per decode step (with ``logprobs``: each event's
+        ``logprobs``, one per token id). Breaking out is safe."""
         cfg = GenerationConfig.merged(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                                       top_p=top_p, min_p=min_p, seed=seed, stop=stop, speculative=speculative,
-                                      draft_length=draft_length)
+                                      draft_length=draft_length, logprobs=logprobs)
         return self._run(self._encode(prompt), cfg)
 
-    def chat(self, messages: Sequence[dict[str, str]], config: GenerationConfig | dict[str, Any] | None = None, *,
+    def chat(self, messages: Sequence[dict[str, Any]], config: GenerationConfig | dict[str, Any] | None = None, *,
              stream: bool = False, max_new_tokens: int | None = None, temperature: float | None = None,
              top_k: int | None = None, top_p: float | None = None, min_p: float | None = None,
              seed: int | None = None,
              stop: Sequence[str] | None = None, speculative: bool | None = None,
-             draft_length: int | None = None) -> Result | Iterator[StreamEvent]:
+             draft_length: int | None = None, logprobs: int | None = None,
+             tools: Sequence[dict[str, Any]] | None = None, reply_prefix: str = "") -> Result | Iterator[StreamEvent]:
         """Render ``messages`` with the model's chat template (flattened at export) and answer as the assistant.
 
         The prompt ids are what ``tokenizer.apply_chat_template(messages, add_generation_prompt=True)``
         gives. KV is reused across turns: only tokens after the longest common prefix of those ids
         and the tokens the engine holds (last prompt + reply) are prefilled. A reply that fills the
-        context ends with finish_reason "context_full" (no warning: :meth:`fit_chat` makes room)."""
+        context ends with finish_reason "context_full" (no warning: :meth:`fit_chat` makes room).
+
+        ``tools``, tool results and assistant ``tool_calls`` render the model's Jinja template as
+        ``apply_chat_template(tools=...)`` (runtime/template.py); read calls with ``tool_calls.parse_tool_calls``.
+        ``reply_prefix``: text the reply starts with (not in the returned text). ``logprobs``: see :meth:`generate`."""
         cfg = GenerationConfig.merged(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                                       top_p=top_p, min_p=min_p, seed=seed, stop=stop, speculative=speculative,
-                                      draft_length=draft_length)
-        events = self._run(self._encode(self.encode_chat(messages)), cfg, warn_full=False)
+                                      draft_length=draft_length, logprobs=logprobs)
+        ids = self.encode_chat(messages, tools=tools, reply_prefix=reply_prefix)
+        events = self._run(self._encode(ids), cfg, warn_full=False)
         return events if stream else self._collect(events)
 
     def infill(self, prefix: str, suffix: str, extra: Sequence[fim_mod.ExtraFile | dict[str, str]] = (),
@@ -184,13 +192,13 @@ class Engine:
                max_new_tokens: int | None = None, temperature: float | None = None, top_k: int | None = None,
                top_p: float | None = None, min_p: float | None = None, seed: int | None = None,
                stop: Sequence[str] | None = None, speculative: bool | None = None,
-               draft_length: int | None = None) -> Result | Iterator[StreamEvent]:
+               draft_length: int | None = None, logprobs: int | None = None) -> Result | Iterator[StreamEvent]:
         """Write what goes between ``prefix`` and ``suffix`` (the text around an editor's cursor) after llama-server's
         /infill prompt (``runtime/fim.py``); ``extra``: other files, ``{"filename", "text"}`` dicts; ``prompt``: text
         the middle starts with. Options as :meth:`generate`; ``stream=True`` yields StreamEvents."""
         cfg = GenerationConfig.merged(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                                       top_p=top_p, min_p=min_p, seed=seed, stop=stop, speculative=speculative,
-                                      draft_length=draft_length)
+                                      draft_length=draft_length, logprobs=logprobs)
         ids = fim_mod.engine_ids(self.tokenizer, self.fim, prefix, suffix, extra, prompt, self._dec.capacity,
                                  cfg.max_new_tokens)
         if cfg.stop_token_ids is None:  # llama.cpp ends an infill on the FIM pad / repo / file-separator tokens too
@@ -198,15 +206,20 @@ class Engine:
         events = self._run(self._encode(ids), cfg)
         return events if stream else self._collect(events)
 
-    def render_chat(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> str:
+    def render_chat(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True,
+                    tools: Sequence[dict[str, Any]] | None = None) -> str:
         """The text of the conversation as the model's chat template renders it."""
-        return chat_mod.render_chat(self._chat_format(), messages, add_generation_prompt)
+        return chat_mod.render_any(self.manifest, messages, tools, add_generation_prompt)
 
-    def encode_chat(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
-        """Token ids of the conversation, equal to ``apply_chat_template(messages, tokenize=True, ...)``."""
-        return chat_mod.encode_chat(self.tokenizer, self._chat_format(), messages, add_generation_prompt)
+    def encode_chat(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True,
+                    tools: Sequence[dict[str, Any]] | None = None, reply_prefix: str = "") -> list[int]:
+        """Token ids of the conversation, equal to ``apply_chat_template(messages, tools=tools, tokenize=True, ...)``
+        (then ``reply_prefix`` encoded with it)."""
+        return chat_mod.encode_any(self.tokenizer, self.manifest, messages, tools, add_generation_prompt,
+                                   reply_prefix)
 
-    def fit_chat(self, messages: Sequence[dict[str, str]], reserve: int) -> tuple[list[dict[str, str]], int]:
+    def fit_chat(self, messages: Sequence[dict[str, Any]], reserve: int, tools: Sequence[dict[str, Any]] | None = None,
+                 reply_prefix: str = "") -> tuple[list[dict[str, Any]], int]:
         """Drop the oldest turns (never the system prompt) so the prompt leaves ``reserve`` tokens for the reply.
 
         Returns (kept messages, number of messages dropped). When turns must go, the prompt is cut
@@ -214,13 +227,17 @@ class Engine:
         system prompt that stays (positions after it change, so the rest is prefilled again)."""
         cap = self._dec.capacity
         reserve = max(0, min(reserve, cap // 2))
-        return chat_mod.fit_chat(messages, lambda m: len(self.encode_chat(m)), cap - reserve, cap // 2)
+        return chat_mod.fit_chat(messages, lambda m: len(self.encode_chat(m, tools=tools, reply_prefix=reply_prefix)),
+                                 cap - reserve, cap // 2)
 
-    def _chat_format(self) -> ChatFormat:
-        chat = self.manifest.tokenizer.chat
-        if chat is None:
-            raise EdgeSpecError("This bundle has no chat format; use generate() with a plain prompt.")
-        return chat
+    def token_bytes(self, token: int) -> bytes:
+        """The raw bytes a token id stands for (b"" for special tokens such as end-of-turn)."""
+        return self._bytes[token] if self._bytes is not None else self.tokenizer.decode([token]).encode()
+
+    @property
+    def supports_tools(self) -> bool:
+        """The chat template renders tools in the ``<tool_call>`` syntax and the export verified it."""
+        return self.manifest.tokenizer.chat is not None and self.manifest.tokenizer.chat.tools_verified > 0
 
     def reset(self) -> None:
         """Forget the conversation (KV cursors to 0). Learned step costs are kept."""
@@ -283,18 +300,19 @@ class Engine:
         finish = "length"
         try:
             for step in decode(dec, cfg.sampling, policy, noise, cfg.max_new_tokens, stop_ids, cfg.threshold,
-                               lookup_policy, cfg.draft_sampling):
+                               lookup_policy, cfg.draft_sampling, cfg.logprobs):
                 if self._owner is not owner:
                     raise EdgeSpecError("This stream was superseded by a newer call on the same engine; "
                                         "finish or close a stream before starting another.")
                 st.count(step)
+                lps = tuple(step.logprobs or ())
                 detok.push(step.tokens)
                 text = detok.text
                 cut = find_stop(text, cfg.stop, max(0, emitted - hold))
                 finish = step.finish or finish
                 if cut is not None:
                     finish = "stop_string"
-                    yield StreamEvent(text[emitted:cut], tuple(step.tokens), tuple(step.from_drafter), finish)
+                    yield StreamEvent(text[emitted:cut], tuple(step.tokens), tuple(step.from_drafter), finish, lps)
                     return
                 if step.finish == "context_full" and warn_full:
                     warnings.warn(f"Generation stopped because the context is full ({dec.capacity} tokens, the "
@@ -306,10 +324,10 @@ class Engine:
                     cut = find_stop(text, cfg.stop, max(0, emitted - hold))
                     end = len(text) if cut is None else cut
                     finish = "stop_string" if cut is not None else step.finish
-                    yield StreamEvent(text[emitted:end], tuple(step.tokens), tuple(step.from_drafter), finish)
+                    yield StreamEvent(text[emitted:end], tuple(step.tokens), tuple(step.from_drafter), finish, lps)
                     return
                 safe = max(emitted, len(text) - hold)
-                yield StreamEvent(text[emitted:safe], tuple(step.tokens), tuple(step.from_drafter))
+                yield StreamEvent(text[emitted:safe], tuple(step.tokens), tuple(step.from_drafter), None, lps)
                 emitted = safe
         finally:
             dec.sync_kv()
@@ -322,72 +340,18 @@ class Engine:
                 self._owner = None
 
     def _collect(self, events: Iterator[StreamEvent]) -> Result:
-        texts, ids, finish = [], [], "length"
+        texts, ids, lps, finish = [], [], [], "length"
         for ev in events:
             texts.append(ev.text)
             ids.extend(ev.token_ids)
+            lps.extend(ev.logprobs)
             finish = ev.finish_reason or finish
-        return Result("".join(texts), tuple(ids), finish, self.last_stats)  # set when the generator finished
+        return Result("".join(texts), tuple(ids), finish, self.last_stats, tuple(lps))  # stats: set at the end
 
     def describe(self) -> str:
         return self.plan.describe() + f"\n  devices: target={self.devices['target']}, drafter={self.devices['drafter']}"
 
 
-def _prepare(root: Path, config: LoadConfig, prompt: Prompt | None = None,
-             max_new_tokens: int | None = None) -> tuple[Manifest, Tokenizer, Plan]:
-    """Manifest, tokenizer and memory plan: everything ``load`` does before creating sessions."""
-    manifest = read_manifest(root)
-    try:
-        tokenizer = Tokenizer.from_file(str(root / manifest.tokenizer.files[0]))
-    except Exception as exc:
-        raise BundleError(f"The tokenizer in '{root}' cannot be read ({exc}); re-export the bundle.") from None
-    tokenizer.encode("warm up")  # the tokenizer's first call allocates; count it in the baseline
-    max_context, sized = config.max_context, None
-    if max_context is None and max_new_tokens is not None:  # size the KV for this request, not the bundle
-        n_prompt = _prompt_tokens(manifest, tokenizer, prompt)
-        max_context = request_context(n_prompt, max_new_tokens)
-        sized = f"context sized for the request ({n_prompt} prompt + {max_new_tokens} new tokens)"
-    # Rounded up to whole 4 MiB: two processes that loaded the same modules (inspect, generate, an
-    # app) differ by a few hundred KiB of heap, and must still make the same plan for one budget.
-    baseline = -(-current_rss() // BASELINE_ROUNDING) * BASELINE_ROUNDING
-    plan = plan_memory(manifest, config.memory_budget, baseline, max_context=max_context,
-                       draft_length=config.draft_length, drafting=config.drafting)
-    if sized is not None:
-        plan = dataclasses.replace(plan, notes=(sized, *plan.notes))
-    return manifest, tokenizer, plan
-
-
-def _prompt_tokens(manifest: Manifest, tokenizer: Tokenizer, prompt: Prompt | None) -> int:
-    """Tokens ``prompt`` takes: text is encoded, token ids counted, chat messages rendered with the bundle's format."""
-    if prompt is None:
-        return 0
-    if isinstance(prompt, str):
-        return len(tokenizer.encode(prompt).ids)
-    items = list(prompt)
-    if items and all(isinstance(m, dict) for m in items):
-        if manifest.tokenizer.chat is None:
-            raise EdgeSpecError("This bundle has no chat format, so chat messages cannot size the context; pass "
-                                "the prompt as text or token ids.")
-        return len(chat_mod.encode_chat(tokenizer, manifest.tokenizer.chat, items, True))
-    return len(items)
-
-
 def _preview(x: object) -> str:
     text = repr(x)
     return f"{type(x).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
-
-
-def _load_id_map(root: Path, m: Manifest) -> np.ndarray:
-    path = root / m.vocab_trim.id_map
-    try:
-        id_map = np.load(path, allow_pickle=False)
-    except Exception as exc:
-        raise BundleError(f"The drafter id map '{path}' cannot be read ({exc}); re-export the bundle.") from None
-    if id_map.ndim != 1 or id_map.dtype.kind not in "iu" or len(id_map) != m.drafter.vocab_size:
-        raise BundleError(f"The drafter id map '{path}' should be an int array of {m.drafter.vocab_size} target "
-                          f"ids but is {id_map.dtype}{list(id_map.shape)}; re-export the bundle.")
-    if id_map.min() < 0 or id_map.max() >= m.target.vocab_size:
-        raise BundleError(f"The drafter id map '{path}' has ids outside the target vocabulary; re-export the bundle.")
-    if len(np.unique(id_map)) != len(id_map):  # a target id with two drafter rows: q over target ids is ill-defined
-        raise BundleError(f"The drafter id map '{path}' lists a target id twice; re-export the bundle.")
-    return id_map.astype(np.int64)

@@ -33,6 +33,7 @@ from typing import Protocol
 import numpy as np
 
 from edge_spec.runtime.drafting import DraftPolicy, lookup_draft
+from edge_spec.runtime.logprobs import TokenLogprob, token_logprobs
 from edge_spec.runtime.ngrams import NgramTable
 from edge_spec.runtime.sampling import (
     Noise,
@@ -75,6 +76,7 @@ class Step:
     lookup: bool = False  # the drafts came from prompt lookup (not the drafter model)
     table: bool = False  # ... from the bundle's n-gram table (a kind of lookup draft: lookup is True too)
     guess: bool = False  # ... the free guess in a padding row (module docstring; lookup is True too)
+    logprobs: list[TokenLogprob] | None = None  # per committed token, when decode() is asked for them
 
 
 class Decoder:
@@ -111,6 +113,9 @@ class Decoder:
         if self.reads_features and getattr(target, "features", None) is None:
             raise ValueError("a feature drafter needs a target that writes features")
         self.verified_from = 0  # the target's length when the last verify pass started
+        # [g + 1, V] the last verify pass's target logits (a view, valid until the next target pass): row i is the
+        # distribution of the i-th token that pass commits, in speculative and plain decoding alike
+        self.logits = np.zeros((0, target.vocab_size), dtype=np.float32)
 
     # -- committed context -------------------------------------------------------------
     def set_context(self, ids: np.ndarray) -> int:
@@ -271,7 +276,7 @@ class Decoder:
         """One target pass over pending + drafts; returns (accepted, next token)."""
         t0 = time.perf_counter()
         self.verified_from = self.target.length
-        logits = self._feed(self.target, self.drafts[:g])  # [g + 1, V]
+        logits = self.logits = self._feed(self.target, self.drafts[:g])  # [g + 1, V]
         if cfg.greedy:
             out = verify_greedy(logits, self.drafts[:g])
         elif noise.keeps_q:
@@ -305,7 +310,8 @@ class Decoder:
 
 def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise: Noise | Rejection,
            max_new_tokens: int, stop_ids: frozenset[int], threshold: float = 0.0,
-           lookup_policy: DraftPolicy | None = None, qcfg: SamplingConfig | None = None) -> Iterator[Step]:
+           lookup_policy: DraftPolicy | None = None, qcfg: SamplingConfig | None = None,
+           logprobs: int | None = None) -> Iterator[Step]:
     """Generate up to ``max_new_tokens`` after the committed context, one step per yield.
 
     ``policy`` sets the draft length of ``dec.draft`` (the drafter model, or lookup when there is
@@ -316,7 +322,9 @@ def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise:
     Seeded (``Noise``): sampled tokens are races against the noise at their absolute positions, so
     the output is the same for any sequence of draft lengths (and with speculation off).
     Unseeded (``Rejection``): the rejection rule, which accepts more drafts. ``qcfg``: the drafter's sampling
-    (default :func:`draft_sampling` of ``cfg``: sharper than the target's; any q keeps the output exact)."""
+    (default :func:`draft_sampling` of ``cfg``: sharper than the target's; any q keeps the output exact).
+    ``logprobs`` (None: off): each step carries its tokens' log-probabilities with that many alternatives, read from
+    the verify pass's rows (:mod:`edge_spec.runtime.logprobs`)."""
     qcfg = draft_sampling(cfg) if qcfg is None else qcfg
     made = 0
     try:
@@ -341,6 +349,8 @@ def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise:
                 g = dec.draft_guess()  # the padding row's free draft (module docstring)
             accepted, nxt = dec.verify(g, cfg, noise)
             step = dec.accept(g, accepted, nxt, stop_ids, max_new_tokens - made, guess)
+            if logprobs is not None:  # before the next target pass reuses the logits buffer
+                step.logprobs = token_logprobs(dec.logits, step.tokens, cfg, logprobs)
             pg, pa = (0, 0) if step.guess else (g, accepted)  # what the policies chose and got
             if used is not None:  # every step, timed or not: the re-probe countdown must advance
                 used.update(pg, pa, dec.t_draft, dec.t_verify, dec.drafter_passes, timed=timed)

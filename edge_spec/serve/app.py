@@ -32,7 +32,10 @@ from edge_spec.runtime.config import GenerationConfig, StreamEvent
 from edge_spec.runtime.fim import engine_ids, no_fim_message, stop_ids
 from edge_spec.serve import infill as fim
 from edge_spec.serve import requests as rq
+from edge_spec.serve import tools as tl
 from edge_spec.serve.errors import APIError
+from edge_spec.serve.logprobs import Tracker
+from edge_spec.serve.reply import Reply
 from edge_spec.serve.requests import ChatRequest, CompletionRequest, Sampling
 from edge_spec.serve.responses import Shaper, sse
 from edge_spec.serve.worker import Failed, Finished, Job, QueueFull, Started, Worker
@@ -139,9 +142,14 @@ async def _chat(request: Request) -> Response:
     _authorize(request, server)
     data = rq.parse_json(await _read_body(request, server.config.max_body_bytes))
     req = rq.chat_request(data, server.config.model_names, server.max_context)
+    tl.check_supported(server.engine, req.messages, req.tools)  # reads the manifest only: safe beside the worker
     reserve = req.sampling.max_tokens or server.config.reply_reserve
-    return await _generate(request, server, lambda engine: _start_chat(engine, req, reserve),
-                           Shaper(True, server.config.model_names[0], server.mode), req.sampling)
+    prefix = tl.reply_prefix(req.tool_choice)
+    tools = None if req.tool_choice.mode == "none" else tl.ToolReply(prefix, req.parallel_tool_calls, frozenset(
+        t["function"]["name"] for t in req.tools or ()))
+    reply = Reply(Shaper(True, server.config.model_names[0], server.mode), _tracker(server, req.logprobs), tools)
+    return await _generate(request, server, lambda engine: _start_chat(engine, req, reserve, prefix), reply,
+                           req.sampling)
 
 
 async def _completions(request: Request) -> Response:
@@ -155,9 +163,11 @@ async def _completions(request: Request) -> Response:
     elif server.engine.fim is None:
         raise fim.no_fim("suffix", no_fim_message("'suffix'"))
     else:
-        start = lambda engine: _start_infill(engine, fim.InfillRequest(req.prompt, suffix, (), "", req.sampling))  # noqa: E731
-    return await _generate(request, server, start, Shaper(False, server.config.model_names[0], server.mode),
-                           req.sampling)
+        start = lambda engine: _start_infill(engine, fim.InfillRequest(req.prompt, suffix, (), "", req.sampling),  # noqa: E731
+                                             logprobs=req.logprobs)
+    reply = Reply(Shaper(False, server.config.model_names[0], server.mode), _tracker(server, req.logprobs),
+                  base=len(req.prompt))
+    return await _generate(request, server, start, reply, req.sampling)
 
 
 async def _infill(request: Request) -> Response:
@@ -167,26 +177,34 @@ async def _infill(request: Request) -> Response:
         raise fim.no_fim("input_prefix", no_fim_message("/infill"))
     data = rq.parse_json(await _read_body(request, server.config.max_body_bytes))
     req = fim.infill_request(data, server.config.model_names, server.max_context)
-    shaper = fim.InfillShaper(server.config.model_names[0], server.mode, req.sampling)
-    return await _generate(request, server, lambda engine: _start_infill(engine, req, llama=True), shaper,
+    reply = Reply(fim.InfillShaper(server.config.model_names[0], server.mode, req.sampling))
+    return await _generate(request, server, lambda engine: _start_infill(engine, req, llama=True), reply,
                            req.sampling)
 
 
+def _tracker(server: _Server, logprobs: int | None) -> Tracker | None:
+    return None if logprobs is None else Tracker(server.engine.token_bytes)
+
+
 # ------------------------------------------------------------------------------ in the worker thread
-def _generation_config(s: Sampling, capacity: int) -> GenerationConfig:
+def _generation_config(s: Sampling, capacity: int, logprobs: int | None = None) -> GenerationConfig:
     return GenerationConfig(max_new_tokens=s.max_tokens or capacity, temperature=s.temperature, top_k=s.top_k,
-                            top_p=s.top_p, min_p=s.min_p, seed=s.seed, stop=s.stop)
+                            top_p=s.top_p, min_p=s.min_p, seed=s.seed, stop=s.stop, logprobs=logprobs)
 
 
-def _start_chat(engine: Any, req: ChatRequest, reserve: int) -> tuple[Any, dict[str, Any]]:
+def _start_chat(engine: Any, req: ChatRequest, reserve: int, prefix: str = "") -> tuple[Any, dict[str, Any]]:
     messages = list(req.messages)
+    tools = None if req.tool_choice.mode == "none" else req.tools
+    # only what a request uses is passed on (the engine renders tool messages in the history by itself)
+    kw: dict[str, Any] = {k: v for k, v in (("tools", tools), ("reply_prefix", prefix)) if v}
     try:  # the same turn-dropping as `edge-spec chat`: oldest turns go, the system prompt stays
-        kept, dropped = engine.fit_chat(messages, reserve)
+        kept, dropped = engine.fit_chat(messages, reserve, **kw)
     except EdgeSpecError as exc:
-        engine.encode_chat(messages)  # a role order the template forbids raises here: 400 invalid_value (worker)
+        engine.encode_chat(messages, **kw)  # a role order the template forbids raises here: 400 invalid_value (worker)
         raise APIError(400, str(exc), param="messages", code="context_length_exceeded") from None
     capacity = int(engine.plan.max_context)
-    return engine.chat(kept, _generation_config(req.sampling, capacity), stream=True), {"dropped_messages": dropped}
+    config = _generation_config(req.sampling, capacity, req.logprobs)
+    return engine.chat(kept, config, stream=True, **kw), {"dropped_messages": dropped}
 
 
 def _start_completion(engine: Any, req: CompletionRequest) -> tuple[Any, dict[str, Any]]:
@@ -196,14 +214,15 @@ def _start_completion(engine: Any, req: CompletionRequest) -> tuple[Any, dict[st
         raise APIError(400, f"The prompt is {len(ids)} tokens but the context holds {capacity} (prompt and reply "
                             "together); shorten it or start the server with a larger --max-context.",
                        param="prompt", code="context_length_exceeded")
-    return engine.stream(ids, _generation_config(req.sampling, capacity)), {}
+    return engine.stream(ids, _generation_config(req.sampling, capacity, req.logprobs)), {}
 
 
-def _start_infill(engine: Any, req: fim.InfillRequest, llama: bool = False) -> tuple[Any, dict[str, Any]]:
+def _start_infill(engine: Any, req: fim.InfillRequest, llama: bool = False,
+                  logprobs: int | None = None) -> tuple[Any, dict[str, Any]]:
     """Fill in the middle as ``Engine.infill`` does; ``llama``: for /infill's answer, note the prompt's text and
     when the first token came."""
     capacity = int(engine.plan.max_context)
-    cfg = _generation_config(req.sampling, capacity)
+    cfg = _generation_config(req.sampling, capacity, logprobs)
     ids = engine_ids(engine.tokenizer, engine.fim, req.prefix, req.suffix, req.extra, req.prompt, capacity,
                      cfg.max_new_tokens)
     if len(ids) >= capacity:
@@ -219,7 +238,7 @@ def _start_infill(engine: Any, req: fim.InfillRequest, llama: bool = False) -> t
 
 
 # ------------------------------------------------------------------------------ the bridge
-async def _generate(request: Request, server: _Server, start: Callable[[Any], Any], shaper: Shaper,
+async def _generate(request: Request, server: _Server, start: Callable[[Any], Any], reply: Reply,
                     s: Sampling) -> Response:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[object] = asyncio.Queue()
@@ -244,45 +263,41 @@ async def _generate(request: Request, server: _Server, start: Callable[[Any], An
             return Response(status_code=499)  # nobody reads it: the client left while the request waited
         if isinstance(first, Failed):
             raise first.error
-        return StreamingResponse(_stream(server, job, queue, shaper, first.info, s.include_usage),
+        return StreamingResponse(_stream(server, job, queue, reply, first.info, s.include_usage),
                                  media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-    body = await _unless_disconnected(request, _collect(queue, shaper), server, job)
+    body = await _unless_disconnected(request, _collect(queue, reply), server, job)
     return JSONResponse(body) if body is not None else Response(status_code=499)
 
 
-async def _collect(queue: asyncio.Queue[object], shaper: Shaper) -> dict[str, Any]:
-    texts: list[str] = []
-    finish, info = "length", {}
+async def _collect(queue: asyncio.Queue[object], reply: Reply) -> dict[str, Any]:
+    info: dict[str, Any] = {}
     while True:
         item = await queue.get()
         if isinstance(item, StreamEvent):
-            texts.append(item.text)
-            finish = item.finish_reason or finish
+            reply.add(item)
         elif isinstance(item, Started):
             info = item.info
         elif isinstance(item, Finished):
-            return shaper.whole("".join(texts), finish, item.stats, {**info, "cancelled": item.cancelled})
+            return reply.whole(item.stats, {**info, "cancelled": item.cancelled})
         elif isinstance(item, Failed):
             raise item.error
 
 
-async def _stream(server: _Server, job: Job, queue: asyncio.Queue[object], shaper: Shaper, info: dict[str, Any],
+async def _stream(server: _Server, job: Job, queue: asyncio.Queue[object], reply: Reply, info: dict[str, Any],
                   include_usage: bool) -> AsyncIterator[bytes]:
     """The SSE body. Leaving it early (the client disconnected: Starlette cancels it) cancels the job."""
-    finish = "length"
     try:
-        if shaper.chat:
-            yield sse(shaper.chunk(role=True))
+        if reply.shaper.chat:
+            yield sse(reply.shaper.chunk(role=True))
         while True:
             item = await queue.get()
             if isinstance(item, StreamEvent):
-                finish = item.finish_reason or finish
-                if item.text:
-                    yield sse(shaper.chunk(item.text))
-            elif isinstance(item, Finished):
-                for chunk in shaper.last(finish, item.stats, {**info, "cancelled": item.cancelled}, include_usage):
+                for chunk in reply.chunks(item):
                     yield sse(chunk)
-                if shaper.sse_done:
+            elif isinstance(item, Finished):
+                for chunk in reply.last(item.stats, {**info, "cancelled": item.cancelled}, include_usage):
+                    yield sse(chunk)
+                if reply.shaper.sse_done:
                     yield sse("[DONE]")
                 return
             elif isinstance(item, Failed):  # the status line is sent already: the error is an event

@@ -145,10 +145,12 @@ class InfillShaper:
     def __init__(self, model: str, mode: str, sampling: Sampling) -> None:
         self.model, self.mode, self.sampling = model, mode, sampling
 
-    def whole(self, text: str, finish: str, st: Stats, info: dict[str, Any]) -> dict[str, Any]:
+    def whole(self, text: str, finish: str, st: Stats, info: dict[str, Any], **_: Any) -> dict[str, Any]:
+        """The answer body (``**_``: the OpenAI shapes' logprobs / tool_calls, which /infill has not)."""
         return {**self._final(st, info, finish), "content": text, "has_new_line": "\n" in text}
 
-    def chunk(self, text: str | None = None, finish: str | None = None, role: bool = False) -> dict[str, Any]:
+    def chunk(self, text: str | None = None, finish: str | None = None, role: bool = False,
+              **_: Any) -> dict[str, Any]:
         return {"index": 0, "content": text or "", "tokens": [], "stop": False, "id_slot": 0}
 
     def last(self, finish: str, st: Stats, info: dict[str, Any], with_usage: bool) -> list[dict[str, Any]]:

@@ -3,8 +3,8 @@
 Validation is by hand rather than by a schema library so that every refusal names the
 parameter (``param``) and says in one sentence what was wrong and what is accepted. Unknown
 fields are ignored, as OpenAI-compatible servers do (clients send vendor extensions); known
-OpenAI features this server does not implement (tools, logprobs, penalties, n > 1, ...) are
-refused when a request asks for them, never silently dropped.
+OpenAI features this server does not implement (penalties, n > 1, ...) are refused when a request
+asks for them, never silently dropped. Tools and logprobs are read by serve/tools.py and serve/logprobs.py.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from edge_spec.serve import logprobs as lp
+from edge_spec.serve import tools as tl
 from edge_spec.serve.errors import APIError, bad_request
 
-ROLES = ("system", "user", "assistant")  # "developer" (OpenAI's newer name for system) is read as system
+ROLES = ("system", "user", "assistant", "tool")  # "developer" (OpenAI's newer name for system) is read as system
 MAX_STOP = 16
 
 
@@ -37,21 +39,25 @@ class Sampling:
 
 @dataclass(frozen=True)
 class ChatRequest:
-    messages: tuple[dict[str, str], ...]
+    messages: tuple[dict[str, Any], ...]
     sampling: Sampling
+    logprobs: int | None = None  # alternatives per token (top_logprobs) when logprobs is true; None: off
+    tools: tuple[dict[str, Any], ...] | None = None
+    tool_choice: tl.ToolChoice = tl.ToolChoice("none")
+    parallel_tool_calls: bool = True
 
 
 @dataclass(frozen=True)
 class CompletionRequest:
     prompt: str
     sampling: Sampling
+    logprobs: int | None = None  # alternatives per token; None: off
 
 
 # name -> (is the value the default, i.e. harmless?, what to say). Anything else asked for is refused.
 _UNSUPPORTED_COMMON: dict[str, tuple[Any, str]] = {
     "n": (lambda v: v is None or (_is_int(v) and v == 1), "n must be 1: this server generates one choice per "
                                                           "request (send n requests instead)"),
-    "logprobs": (lambda v: v in (None, False, 0), "logprobs are not supported by this server"),
     "frequency_penalty": (lambda v: v in (None, 0), "frequency_penalty is not supported (only 0); it would change "
                                                     "what the target model writes"),
     "presence_penalty": (lambda v: v in (None, 0), "presence_penalty is not supported (only 0); it would change what "
@@ -59,11 +65,10 @@ _UNSUPPORTED_COMMON: dict[str, tuple[Any, str]] = {
     "logit_bias": (lambda v: v in (None, {}), "logit_bias is not supported by this server"),
 }
 _UNSUPPORTED_CHAT: dict[str, tuple[Any, str]] = {
-    "tools": (lambda v: v in (None, []), "tools (function calling) are not supported by this server"),
-    "functions": (lambda v: v in (None, []), "functions (function calling) are not supported by this server"),
-    "tool_choice": (lambda v: v in (None, "none", "auto"), "tool_choice is not supported by this server"),
-    "function_call": (lambda v: v in (None, "none", "auto"), "function_call is not supported by this server"),
-    "top_logprobs": (lambda v: v in (None, 0), "top_logprobs is not supported by this server"),
+    "functions": (lambda v: v in (None, []), "functions (the old form of function calling) are not supported; "
+                                             "send them as 'tools'"),
+    "function_call": (lambda v: v in (None, "none", "auto"), "function_call (the old form of tool_choice) is not "
+                                                             "supported; send 'tool_choice'"),
     "response_format": (lambda v: v is None or v == {"type": "text"}, "response_format other than "
                                                                       "{\"type\": \"text\"} is not supported"),
     "audio": (lambda v: v is None, "audio output is not supported by this server"),
@@ -110,7 +115,9 @@ def chat_request(data: dict[str, Any], models: tuple[str, ...], max_context: int
     if not raw:
         raise bad_request("'messages' is empty; send at least one message.", "messages", "invalid_value")
     messages = tuple(_message(m, i) for i, m in enumerate(raw))
-    return ChatRequest(messages, _sampling(data, max_context))
+    tools = tl.parse_tools(data)
+    return ChatRequest(messages, _sampling(data, max_context), lp.chat_logprobs(data), tools,
+                       tl.parse_tool_choice(data, tools), tl.parse_parallel(data))
 
 
 def completion_request(data: dict[str, Any], models: tuple[str, ...], max_context: int) -> CompletionRequest:
@@ -127,7 +134,7 @@ def completion_request(data: dict[str, Any], models: tuple[str, ...], max_contex
                           f"JSON {_kind(prompt)}.", "prompt", "invalid_type")
     if not prompt:
         raise bad_request("'prompt' is empty; send some text to complete.", "prompt", "invalid_value")
-    return CompletionRequest(prompt, _sampling(data, max_context))
+    return CompletionRequest(prompt, _sampling(data, max_context), lp.completion_logprobs(data))
 
 
 # ------------------------------------------------------------------------------ parts
@@ -149,7 +156,7 @@ def _refuse_unsupported(data: dict[str, Any], table: dict[str, tuple[Any, str]])
             raise bad_request(f"{why} (got {name}={_clip(json.dumps(data[name]))}).", name, "unsupported_parameter")
 
 
-def _message(m: Any, i: int) -> dict[str, str]:
+def _message(m: Any, i: int) -> dict[str, Any]:
     where = f"messages[{i}]"
     if not isinstance(m, dict):
         raise bad_request(f"{where} must be an object like {{\"role\": \"user\", \"content\": \"Hello\"}}, not a "
@@ -161,7 +168,12 @@ def _message(m: Any, i: int) -> dict[str, str]:
         got = "missing" if role is None else f"'{_clip(role)}'" if isinstance(role, str) else f"a JSON {_kind(role)}"
         raise bad_request(f"{where}.role is {got}; this server accepts the roles {', '.join(ROLES)}.",
                           f"{where}.role", "invalid_value")
-    content = _content(m.get("content"), f"{where}.content", role)
+    calls = m.get("tool_calls") if role == "assistant" else None
+    content = _content(m.get("content"), f"{where}.content", "assistant" if calls else role)
+    if role == "tool":  # a tool's result (its text may be empty)
+        return tl.tool_message(m, where, content)
+    if calls:  # an assistant message calling tools (content may be null)
+        return {"role": role, "content": content or None, "tool_calls": tl.assistant_calls(calls, where)}
     if not content and role != "assistant":  # an empty reply can be real history; an empty question cannot
         raise bad_request(f"{where}.content is empty; a {role} message needs some text.", f"{where}.content",
                           "invalid_value")
@@ -170,7 +182,7 @@ def _message(m: Any, i: int) -> dict[str, str]:
 
 def _content(c: Any, where: str, role: str) -> str:
     if c is None:
-        if role == "assistant":
+        if role in ("assistant", "tool"):
             return ""
         raise bad_request(f"{where} is required for a {role} message.", where, "missing_required_parameter")
     if isinstance(c, str):

@@ -16,7 +16,8 @@ from typing import Any
 from edge_spec.runtime.config import Stats
 
 # the engine's finish reasons -> OpenAI's
-FINISH = {"stop_token": "stop", "stop_string": "stop", "length": "length", "context_full": "length"}
+FINISH = {"stop_token": "stop", "stop_string": "stop", "length": "length", "context_full": "length",
+          "tool_calls": "tool_calls"}  # the last one: the server's, when the reply called tools
 
 
 def new_id(prefix: str) -> str:
@@ -58,27 +59,35 @@ class Shaper:
     def _head(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
-    def whole(self, text: str, finish: str, st: Stats, info: dict[str, Any]) -> dict[str, Any]:
-        """The non-streaming body."""
+    def whole(self, text: str, finish: str, st: Stats, info: dict[str, Any], *,
+              logprobs: dict[str, Any] | None = None, tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The non-streaming body (``logprobs``: serve/logprobs.py's shape; ``tool_calls``: serve/tools.py's)."""
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if tool_calls:
+                message = {"role": "assistant", "content": text or None, "tool_calls": tool_calls}
+            choice = {"index": 0, "message": message, "logprobs": logprobs,
                       "finish_reason": FINISH.get(finish, "stop")}
             body = self._head("chat.completion")
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": FINISH.get(finish, "stop")}
+            choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": FINISH.get(finish, "stop")}
             body = self._head("text_completion")
         return {**body, "choices": [choice], "usage": usage(st), "edge_spec": edge_spec_figures(st, info, self.mode)}
 
-    def chunk(self, text: str | None = None, finish: str | None = None, role: bool = False) -> dict[str, Any]:
-        """One streamed chunk: a text delta, or the last one with ``finish_reason``."""
+    def chunk(self, text: str | None = None, finish: str | None = None, role: bool = False, *,
+              logprobs: dict[str, Any] | None = None, tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """One streamed chunk: a text delta (and/or tool-call deltas, logprobs), or the last one with
+        ``finish_reason``."""
         reason = FINISH.get(finish, "stop") if finish else None
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
             if text:
                 delta["content"] = text
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+            if tool_calls:
+                delta["tool_calls"] = tool_calls
+            choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
             return {**self._head("chat.completion.chunk"), "choices": [choice]}
-        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
+        choice = {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": reason}
         return {**self._head("text_completion"), "choices": [choice]}
 
     def last(self, finish: str, st: Stats, info: dict[str, Any], with_usage: bool) -> list[dict[str, Any]]:
