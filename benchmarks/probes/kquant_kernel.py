@@ -259,7 +259,11 @@ def main() -> None:
     ap.add_argument("--no-timing", action="store_true", help="correctness only")
     ap.add_argument("--llama-bench", action="store_true", help="also run llama-bench tg32 once (largest --threads)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/kquant_kernel.json")
+    ap.add_argument("--report", type=Path, default=None, help="only print the table of a saved JSON")
     args = ap.parse_args()
+    if args.report:
+        print(table(json.loads(args.report.read_text())))
+        return
     if not args.lib.is_file():
         sys.exit(f"no custom-op library at {args.lib}: build it with `bash kernels/kquant/build.sh`")
     import gguf
@@ -293,7 +297,29 @@ def main() -> None:
         print("llama-bench", result["llama_bench"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
+    if result["timing"]:
+        print("ms per node, file rows / interleaved by 8 / today's encoding:\n" + table(result))
     print(f"wrote {args.out}")
+
+
+def table(result: dict) -> str:
+    """Markdown: ms per node (1 thread: CPU time; 2 threads: wall) and the step's sum, per variant."""
+    variants = ("gguf_op", "gguf_op_x8", "today")
+    cols = [(key, th, m) for key, th in (("cpu_ms_per_node", 1), ("ms_per_node", 2)) for m in (1, 2, 5)]
+    head = " | ".join(f"{'CPU' if k.startswith('cpu') else 'wall'} {th}t {m}r" for k, th, m in cols)
+    lines = [f"| kind (nodes, file MB each) | {head} |", "|---" * (len(cols) + 1) + "|"]
+
+    def cell(d: dict, th: int, m: int) -> str:
+        return " / ".join(f"{d[f'{v}/{th}t/{m}r']:.3g}" if f"{v}/{th}t/{m}r" in d else "-" for v in variants)
+
+    for name, r in result["timing"].items():
+        mb = r["file_bytes_per_node"] / 1e6
+        cells = " | ".join(cell(r[k], th, m) for k, th, m in cols)
+        lines.append(f"| {name} ({r['nodes']}, {mb:.2f}) | {cells} |")
+    steps = {"cpu_ms_per_node": result.get("step_cpu_ms", {}), "ms_per_node": result.get("step_ms", {})}
+    cells = " | ".join(f"**{cell(steps[k], th, m)}**" for k, th, m in cols)
+    lines.append(f"| **step, all quantized matmuls** | {cells} |")
+    return "\n".join(lines)
 
 
 def step_estimate(timing: dict, threads: list[int], rows: list[int], key: str = "ms_per_node") -> dict:
