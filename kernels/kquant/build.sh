@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Build libedge_spec_kquant.so (the GgufMatMul custom op) next to this script; BUILD_BENCH=1 also builds
+# bench_kernels (the kernels alone).
+# Needs g++ and ONNX Runtime's C API headers (onnxruntime_c_api.h and the two files it includes, API version
+# >= 17) in include/ or in $ORT_INCLUDE; they are not in git (see README.md).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+inc="${ORT_INCLUDE:-$here/include}"
+if [[ ! -f "$inc/onnxruntime_c_api.h" ]]; then
+    echo "build.sh: no onnxruntime_c_api.h in $inc; put ONNX Runtime's C API headers there or set ORT_INCLUDE" >&2
+    exit 1
+fi
+out="${1:-$here/libedge_spec_kquant.so}"
+# -ffp-contract=off: the float operations are the intrinsics' own, the same in every row-tile variant.
+g++ -O3 -mavx2 -mfma -mf16c -ffp-contract=off -std=c++17 -fPIC -shared -fvisibility=hidden \
+    -Wall -Wextra -I"$inc" "$here/kquant.cpp" "$here/gguf_matmul_op.cpp" -o "$out"
+echo "$out"
+if [[ "${BUILD_BENCH:-0}" == 1 ]]; then  # the kernels alone, without ONNX Runtime (bench_kernels.cpp)
+    g++ -O3 -mavx2 -mfma -mf16c -ffp-contract=off -std=c++17 -Wall -Wextra \
+        "$here/kquant.cpp" "$here/bench_kernels.cpp" -o "$here/bench_kernels"
+    echo "$here/bench_kernels"
+fi

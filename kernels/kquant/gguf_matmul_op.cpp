@@ -1,0 +1,205 @@
+// ONNX Runtime custom op edge_spec::GgufMatMul (CPU), registered by RegisterCustomOps when the library is loaded
+// with SessionOptions.register_custom_ops_library(path).
+//
+//   inputs:  A float32 [..., K];  B uint8 [N, K / 256 * block_bytes]: the GGUF tensor's rows of super-blocks as
+//            stored in the file (Q4_K: 144 bytes per 256 values, Q6_K: 210)
+//   attr:    ggml_type (int): 12 = Q4_K, 14 = Q6_K
+//            interleave (int, optional): 0 = the file's row order (default), 8 = rows interleaved by 8
+//            (kquant.h: the same bytes reordered; N a multiple of 8)
+//   output:  Y float32 [..., N] = A @ W^T, W the dequantized tensor (A's rows quantized to int8 per 256 first)
+//
+// Only the C API is used (onnxruntime_c_api.h, API version kApiVersion: any ONNX Runtime >= 1.17 serves it).
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "kquant.h"
+#include "onnxruntime_c_api.h"
+
+namespace {
+
+constexpr uint32_t kApiVersion = 17;  // KernelContext_ParallelFor arrived in 1.17
+constexpr int64_t kRowsPerTask = 32;  // rows of W per parallel task
+const OrtApi* g_api = nullptr;
+
+struct Kernel {
+    int ggml_type;
+    int interleave;
+};
+
+struct Task {
+    int ggml_type;
+    int interleave;
+    const kquant::BlockQ8* q8;
+    int64_t m, nb, n;
+    const uint8_t* w;
+    int64_t row_bytes;
+    float* y;
+};
+
+void run_task(void* data, size_t index) {
+    const Task& t = *static_cast<const Task*>(data);
+    const int64_t n0 = static_cast<int64_t>(index) * kRowsPerTask;
+    const int64_t n1 = n0 + kRowsPerTask < t.n ? n0 + kRowsPerTask : t.n;
+    if (t.interleave == 8)
+        kquant::gemm_rows_x8(t.ggml_type, t.q8, t.m, t.nb, t.w, n0, n1, t.y, t.n);
+    else
+        kquant::gemm_rows(t.ggml_type, t.q8, t.m, t.nb, t.w, t.row_bytes, n0, n1, t.y, t.n);
+}
+
+OrtStatus* fail(const std::string& msg) { return g_api->CreateStatus(ORT_INVALID_ARGUMENT, msg.c_str()); }
+
+#define ORT_TRY(expr)                    \
+    do {                                 \
+        OrtStatus* status_ = (expr);     \
+        if (status_ != nullptr) return status_; \
+    } while (0)
+
+OrtStatus* shape_of(const OrtValue* v, std::vector<int64_t>& dims) {
+    OrtTensorTypeAndShapeInfo* info = nullptr;
+    ORT_TRY(g_api->GetTensorTypeAndShape(v, &info));
+    size_t count = 0;
+    OrtStatus* st = g_api->GetDimensionsCount(info, &count);
+    if (st == nullptr) {
+        dims.assign(count, 0);
+        st = g_api->GetDimensions(info, dims.data(), count);
+    }
+    g_api->ReleaseTensorTypeAndShapeInfo(info);
+    return st;
+}
+
+OrtStatus* compute(void* op_kernel, OrtKernelContext* ctx) {
+    const Kernel& k = *static_cast<const Kernel*>(op_kernel);
+    const OrtValue* a_val = nullptr;
+    const OrtValue* b_val = nullptr;
+    ORT_TRY(g_api->KernelContext_GetInput(ctx, 0, &a_val));
+    ORT_TRY(g_api->KernelContext_GetInput(ctx, 1, &b_val));
+    std::vector<int64_t> ad, bd;
+    ORT_TRY(shape_of(a_val, ad));
+    ORT_TRY(shape_of(b_val, bd));
+    if (ad.empty()) return fail("GgufMatMul: A must have at least one dimension [..., K]");
+    if (bd.size() != 2) return fail("GgufMatMul: B must be uint8 [N, bytes per row], the GGUF tensor's rows");
+    const int64_t kdim = ad.back(), n = bd[0], row_bytes = bd[1];
+    const int bb = kquant::block_bytes(k.ggml_type);
+    if (kdim % kquant::QK != 0) return fail("GgufMatMul: K = " + std::to_string(kdim) + " is not a multiple of 256");
+    const int64_t nb = kdim / kquant::QK;
+    if (row_bytes != nb * bb)
+        return fail("GgufMatMul: B has " + std::to_string(row_bytes) + " bytes per row; K = " + std::to_string(kdim) +
+                    " needs " + std::to_string(nb * bb) + " for ggml_type " + std::to_string(k.ggml_type));
+    if (k.interleave == 8 && n % 8 != 0)
+        return fail("GgufMatMul: interleave = 8 needs N a multiple of 8, not " + std::to_string(n));
+    int64_t m = 1;
+    for (size_t i = 0; i + 1 < ad.size(); ++i) m *= ad[i];
+
+    std::vector<int64_t> yd(ad.begin(), ad.end());
+    yd.back() = n;
+    OrtValue* y_val = nullptr;
+    ORT_TRY(g_api->KernelContext_GetOutput(ctx, 0, yd.data(), yd.size(), &y_val));
+    void* a_ptr = nullptr;
+    void* b_ptr = nullptr;
+    void* y_ptr = nullptr;
+    ORT_TRY(g_api->GetTensorMutableData(const_cast<OrtValue*>(a_val), &a_ptr));
+    ORT_TRY(g_api->GetTensorMutableData(const_cast<OrtValue*>(b_val), &b_ptr));
+    ORT_TRY(g_api->GetTensorMutableData(y_val, &y_ptr));
+    if (m == 0 || n == 0) return nullptr;
+
+    thread_local std::vector<kquant::BlockQ8> q8;
+    q8.resize(static_cast<size_t>(m * nb));
+    const float* a = static_cast<const float*>(a_ptr);
+    for (int64_t r = 0; r < m; ++r) kquant::quantize_row_q8(a + r * kdim, q8.data() + r * nb, kdim);
+
+    Task task{k.ggml_type, k.interleave, q8.data(), m, nb, n, static_cast<const uint8_t*>(b_ptr), row_bytes,
+              static_cast<float*>(y_ptr)};
+    const size_t tasks = static_cast<size_t>((n + kRowsPerTask - 1) / kRowsPerTask);
+    return g_api->KernelContext_ParallelFor(ctx, run_task, tasks, 0, &task);
+}
+
+// ------------------------------------------------------------------------------------------------ OrtCustomOp
+OrtStatus* ORT_API_CALL create_kernel_v2(const OrtCustomOp*, const OrtApi* api, const OrtKernelInfo* info,
+                                         void** kernel) {
+    int64_t t = 0;
+    ORT_TRY(api->KernelInfoGetAttribute_int64(info, "ggml_type", &t));
+    if (kquant::block_bytes(static_cast<int>(t)) == 0)
+        return api->CreateStatus(ORT_INVALID_ARGUMENT,
+                                 ("GgufMatMul: ggml_type " + std::to_string(t) +
+                                  " is not supported; use 12 (Q4_K) or 14 (Q6_K)").c_str());
+    int64_t il = 0;
+    if (OrtStatus* st = api->KernelInfoGetAttribute_int64(info, "interleave", &il)) {  // absent: file order
+        api->ReleaseStatus(st);
+        il = 0;
+    }
+    if (il != 0 && il != 8)
+        return api->CreateStatus(ORT_INVALID_ARGUMENT, ("GgufMatMul: interleave " + std::to_string(il) +
+                                                        " is not supported; use 0 or 8").c_str());
+    *kernel = new (std::nothrow) Kernel{static_cast<int>(t), static_cast<int>(il)};
+    return *kernel ? nullptr : api->CreateStatus(ORT_FAIL, "GgufMatMul: out of memory");
+}
+
+OrtStatus* ORT_API_CALL compute_v2(void* kernel, OrtKernelContext* ctx) { return compute(kernel, ctx); }
+
+void ORT_API_CALL destroy(void* kernel) { delete static_cast<Kernel*>(kernel); }
+
+const char* ORT_API_CALL op_name(const OrtCustomOp*) { return "GgufMatMul"; }
+const char* ORT_API_CALL op_ep(const OrtCustomOp*) { return "CPUExecutionProvider"; }
+ONNXTensorElementDataType ORT_API_CALL in_type(const OrtCustomOp*, size_t i) {
+    return i == 0 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT : ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
+}
+size_t ORT_API_CALL in_count(const OrtCustomOp*) { return 2; }
+ONNXTensorElementDataType ORT_API_CALL out_type(const OrtCustomOp*, size_t) { return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; }
+size_t ORT_API_CALL out_count(const OrtCustomOp*) { return 1; }
+OrtCustomOpInputOutputCharacteristic ORT_API_CALL io_required(const OrtCustomOp*, size_t) {
+    return INPUT_OUTPUT_REQUIRED;
+}
+OrtMemType ORT_API_CALL mem_default(const OrtCustomOp*, size_t) { return OrtMemTypeDefault; }
+int ORT_API_CALL one(const OrtCustomOp*) { return 1; }
+int ORT_API_CALL start_version(const OrtCustomOp*) { return 1; }
+int ORT_API_CALL end_version(const OrtCustomOp*) { return INT_MAX; }
+
+OrtCustomOp make_op() {
+    OrtCustomOp op;
+    std::memset(&op, 0, sizeof op);
+    op.version = kApiVersion;
+    op.GetName = op_name;
+    op.GetExecutionProviderType = op_ep;
+    op.GetInputType = in_type;
+    op.GetInputTypeCount = in_count;
+    op.GetOutputType = out_type;
+    op.GetOutputTypeCount = out_count;
+    op.KernelDestroy = destroy;
+    op.GetInputCharacteristic = io_required;
+    op.GetOutputCharacteristic = io_required;
+    op.GetInputMemoryType = mem_default;
+    op.GetVariadicInputMinArity = one;
+    op.GetVariadicInputHomogeneity = one;
+    op.GetVariadicOutputMinArity = one;
+    op.GetVariadicOutputHomogeneity = one;
+    op.CreateKernelV2 = create_kernel_v2;
+    op.KernelComputeV2 = compute_v2;
+    op.GetStartVersion = start_version;
+    op.GetEndVersion = end_version;
+    return op;
+}
+
+OrtCustomOp g_op = make_op();
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL
+RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
+    g_api = api_base->GetApi(kApiVersion);
+    if (g_api == nullptr) {  // an ONNX Runtime older than 1.17; version 1 of the API can still say so
+        const OrtApi* v1 = api_base->GetApi(1);
+        return v1 ? v1->CreateStatus(ORT_FAIL, "GgufMatMul needs ONNX Runtime 1.17 or later") : nullptr;
+    }
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
+        return g_api->CreateStatus(ORT_FAIL, "GgufMatMul needs a CPU with AVX2, FMA and F16C");
+    OrtCustomOpDomain* domain = nullptr;
+    ORT_TRY(g_api->CreateCustomOpDomain("edge_spec", &domain));
+    // The domain must outlive every session using it: it is kept for the life of the process.
+    ORT_TRY(g_api->CustomOpDomain_Add(domain, &g_op));
+    return g_api->AddCustomOpDomain(options, domain);
+}

@@ -1,0 +1,58 @@
+// GGUF K-quant matrix products on AVX2: y = A @ W^T with W the file's own Q4_K / Q6_K super-blocks.
+//
+// A's rows are first quantized to Q8_K-like blocks (256 int8 values, one fp32 scale, sums per 16), as llama.cpp's
+// CPU backend does; the products are then integer (maddubs / madd) within a super-block and fp32 across them.
+// Each output element is computed by one fixed sequence of operations whatever the number of rows M and however
+// the rows of W are split among threads, so an M-row call equals M one-row calls bit for bit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kquant {
+
+constexpr int QK = 256;            // values in a super-block
+constexpr int GGML_Q4_K = 12;      // ggml_type ids (the GGUF file's tensor types)
+constexpr int GGML_Q6_K = 14;
+constexpr int Q4_K_BYTES = 144;    // fp16 d, fp16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles
+constexpr int Q6_K_BYTES = 210;    // 128 bytes low nibbles, 64 bytes high 2 bits, 16 int8 scales, fp16 d
+
+// One activation super-block: x ~= d * qs; bsums[j] = sum of qs[16 j .. 16 j + 15], bsums32 over 32.
+struct BlockQ8 {
+    float d;
+    int8_t qs[QK];
+    int16_t bsums[QK / 16];
+    int16_t bsums32[QK / 32];
+};
+
+// Q4_K rows interleaved by 8 (``interleave = 8``): the same bytes as the file's, reordered so that one 256-bit
+// load holds 4 codes of each of 8 rows. For rows 8g..8g+7 and super-block i, at (g * nb + i) * 1152 bytes:
+//   16 bytes: the 8 rows' fp16 d;  16 bytes: their fp16 dmin;
+//   96 bytes: the 12 scale bytes of each row as three 32-bit words, word w of rows 0..7 at 32 w + 4 r;
+//   1024 bytes: for j = 0..3, t = 0..7, r = 0..7: the file's qs[32 j + 4 t .. 32 j + 4 t + 3] of row r,
+//               at 256 j + 32 t + 4 r (low nibbles: sub-block 2j, high nibbles: sub-block 2j + 1).
+constexpr int Q4_K_X8_BYTES = 8 * Q4_K_BYTES;
+
+// Q6_K rows interleaved by 8: for rows 8g..8g+7 and super-block i, at (g * nb + i) * 1680 bytes:
+//   16 bytes: the 8 rows' fp16 d;  128 bytes: the 16 int8 scales of each row as four 32-bit words, word w of
+//   row r at 32 w + 4 r;  then, in the order the kernel reads them, for h = 0..1, t = 0..7 (96 bytes each, at
+//   144 + 96 (8 h + t)): for r = 0..7 the file's ql[64 h + 4 t .. + 3], then ql[64 h + 32 + 4 t .. + 3], then
+//   qh[32 h + 4 t .. + 3] of row r (32 bytes each, row r at 4 r).
+constexpr int Q6_K_X8_BYTES = 8 * Q6_K_BYTES;
+
+// Bytes of one weight super-block of ``ggml_type`` (0 if the type is not supported).
+int block_bytes(int ggml_type);
+
+// x [K] -> K / 256 blocks, the same numbers as llama.cpp's quantize_row_q8_K (round to nearest even).
+void quantize_row_q8(const float* x, BlockQ8* y, int64_t k);
+
+// out[r * ldo + n] = dot(row r of the quantized activations, row n of W) for n in [n0, n1), r in [0, m).
+// q8: m rows of nb blocks each (row r at q8 + r * nb); w: the tensor's bytes, row n at w + n * row_bytes.
+void gemm_rows(int ggml_type, const BlockQ8* q8, int64_t m, int64_t nb, const uint8_t* w, int64_t row_bytes,
+               int64_t n0, int64_t n1, float* out, int64_t ldo);
+
+// As gemm_rows for rows interleaved by 8 (n0, n1 and N multiples of 8); w is the whole tensor.
+void gemm_rows_x8(int ggml_type, const BlockQ8* q8, int64_t m, int64_t nb, const uint8_t* w, int64_t n0,
+                  int64_t n1, float* out, int64_t ldo);
+
+}  // namespace kquant
