@@ -7,8 +7,9 @@ Systems (each in its own process, so peak RSS is its own), greedy and T=0.7:
 * edge-spec AR (the speculative engine with ``speculative=False``: the reference greedy speculative decoding must
   equal, its 1-token passes padded to the graph's batch-invariant rows), speculative (adaptive draft length, the
   drafter model and prompt lookup: what a user gets), plain (``drafting="none"``, what ``edge-spec generate
-  --no-speculation`` loads: no drafter, 1-row passes), lookup only (``drafting="lookup"``: prompt lookup and the
-  n-gram table, no drafter model loaded) and drafter only (``drafting="model"``), through ``Engine`` (lib/edge.py);
+  --no-speculation`` loads: no drafter, 1-row passes), and with ``--drafting-alone`` lookup only
+  (``drafting="lookup"``: prompt lookup and the n-gram table, no drafter model loaded) and drafter only
+  (``drafting="model"``), through ``Engine`` (lib/edge.py);
 * llama.cpp (``llama-server`` fed token ids): AR, draft-model speculative decoding with the
   edge-spec drafter converted to GGUF (``--draft-gguf``, benchmarks/drafter_to_gguf.sh), and its
   n-gram lookup mode (``ngram-simple``);
@@ -105,13 +106,13 @@ def run_systems(args: argparse.Namespace, ids: list[list[int]]) -> tuple[dict[st
             (f"edge-spec AR {tag}", edge, (args.bundle, ids), {"speculative": False, **edge_kw}),
             (f"edge-spec speculative {tag}", edge, (args.bundle, ids), {"speculative": True, **edge_kw}),
             (f"edge-spec plain {tag}", edge, (args.bundle, ids), {"speculative": False, "drafting": "none",
-                                                                  **edge_kw}),
-            # the drafting alternatives of the speculative row, each alone: prompt lookup and the n-gram table with
-            # no drafter model loaded; the drafter model with no lookup drafts
-            (f"edge-spec lookup only {tag}", edge, (args.bundle, ids), {"speculative": True, "drafting": "lookup",
-                                                                        **edge_kw}),
-            (f"edge-spec drafter only {tag}", edge, (args.bundle, ids), {"speculative": True, "drafting": "model",
-                                                                         **edge_kw})]
+                                                                  **edge_kw})]
+        if args.drafting_alone:  # the speculative row's drafting alternatives, each alone: prompt lookup and the
+            # n-gram table with no drafter model loaded; the drafter model with no lookup drafts
+            jobs += [(f"edge-spec lookup only {tag}", edge, (args.bundle, ids),
+                      {"speculative": True, "drafting": "lookup", **edge_kw}),
+                     (f"edge-spec drafter only {tag}", edge, (args.bundle, ids),
+                      {"speculative": True, "drafting": "model", **edge_kw})]
         if args.context is None:  # the same context as edge-spec's plan, so peak RSS compares like with like
             run_round(jobs[1:2], 0)  # the speculative row alone, measured again in the rounds
             args.context = vs_targets.plan_context(rows[f"edge-spec speculative {tag}"]) or 4096
@@ -197,6 +198,8 @@ def main() -> int:
     ap.add_argument("--skip-ort", action="store_true")
     ap.add_argument("--code", action="store_true", help="the coding tasks (lib/prompts.CODE_PROMPTS) as prompts")
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7])
+    ap.add_argument("--drafting-alone", action="store_true",
+                    help="also edge-spec lookup only (no drafter model loaded) and drafter only (no lookup drafts)")
     ap.add_argument("--systems", nargs="*", help="run only the systems whose row name starts with one of these")
     ap.add_argument("--exact-prompts", type=int, default=200,
                     help="prompts for greedy speculative == greedy AR (0: only the run's prompts)")

@@ -224,7 +224,7 @@ def test_rounds_rotate_the_order_and_rows_keep_their_fastest_round(tmp_path, mon
     args = argparse.Namespace(tokens=8, repeats=1, threads=1, ort_k=[], bundle=tmp_path, work=tmp_path, edge_spin=False,
                               context=4096, draft_max=8, llama_poll=None, gguf=Path("t.gguf"), draft_gguf=None,
                               llama_spec_args="", skip_ort=True, ort_spin=False, rounds=2,
-                              temperatures=[0.0, 0.7], systems=None)
+                              temperatures=[0.0, 0.7], systems=None, drafting_alone=False)
     speed = {k: v * 2 for k, v in speed.items()}  # greedy and T=0.7 rounds
     rows, _ = vs_llamacpp.run_systems(args, [[1, 2]])
     greedy = calls[:10]

@@ -138,37 +138,3 @@ def test_loading_peak_is_within_the_budget_too():
     spec_floor = load_floor(d_big, "speculative", BASE)
     assert spec_floor == BASE + 100 * MiB + 16 * 8192 * 4 + 300 * MiB + SLACK_BYTES
     assert plan_memory(d_big, spec_floor - MiB, BASE).mode == "lookup"  # the drafter cannot even be loaded
-
-
-def test_embedding_rows_of_one_request_are_counted_not_the_whole_tables():
-    """Mapped embedding tables: the rows a request's context and drafts can read, each its bytes plus a page per
-    table, at most the table; bundles without row sizes count the whole tables, as before."""
-    from dataclasses import replace
-
-    from edge_spec.runtime.budget import PAGE, embedding_rows
-
-    m = manifest()
-    t_rows, d_rows = [64, 16], [128]  # bytes of one row in each mapped table: target (codes, scales), drafter
-    table_t, table_d = 8192 * 80, 8192 * 128
-    rows_m = replace(m, target=replace(m.target, gather_bytes=table_t, gather_row_bytes=t_rows),
-                     drafter=replace(m.drafter, gather_bytes=table_d, gather_row_bytes=d_rows))
-    whole_m = replace(rows_m, target=replace(rows_m.target, gather_row_bytes=None),
-                      drafter=replace(rows_m.drafter, gather_row_bytes=None))
-    per_t, per_d = 64 + 16 + 2 * PAGE, 128 + PAGE
-    plan = plan_memory(rows_m, None, BASE, max_context=200)
-    assert embedding_rows(rows_m, "speculative", 200) == 200 + 1024  # the context + the drafter's kept tokens
-    assert embedding_rows(rows_m, "ar", 200) == 200 and embedding_rows(rows_m, "speculative", 8000) == 8192
-    items = dict(plan.items)
-    got = {k.split(" (")[0]: v for k, v in items.items() if "embedding" in k}
-    assert got == {"target embedding rows": min(table_t, 1224 * per_t), "drafter embedding rows":
-                   min(table_d, 1224 * per_d)}
-    assert plan.embedding_rows == 1224
-    old = plan_memory(whole_m, None, BASE, max_context=200)
-    assert old.embedding_rows == 0
-    assert old.total_bytes - plan.total_bytes == table_t + table_d - sum(got.values())
-    # a budget: the largest context whose items (rows counted) fit, and one position more does not
-    budget = plan.total_bytes + 700 * (6144 + 1024 + ATTN)
-    fit = plan_memory(rows_m, budget, BASE)
-    assert fit.total_bytes <= budget
-    assert fit.max_context == 2048 or plan_memory(rows_m, None, BASE,
-                                                  max_context=fit.max_context + 1).total_bytes > budget

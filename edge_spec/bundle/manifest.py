@@ -79,10 +79,6 @@ class ModelSpec:
     # the rest of the mapped weights, they come back a page per token seen, at most all of them. The planner
     # counts them whole. None: older bundles, whose load_bytes kept them resident.
     gather_bytes: int | None = None
-    # Bytes of one vocabulary row in each of those tables (e.g. a Q4_K embedding's codes, scales and offsets:
-    # [768, 192, 192]): with them the planner counts the rows a context can read, not the whole tables
-    # (runtime/budget.py). None: bundles exported before it (the tables are counted whole).
-    gather_row_bytes: list[int] | None = None
     # Per weight tensor, for graphs edge-spec builds itself (GGUF, distilled drafters): name, gguf_type,
     # onnx_op, bits, block, exact, max_abs_err, bytes. Empty for ORT GenAI builder graphs.
     tensors: list[dict[str, Any]] = field(default_factory=list)

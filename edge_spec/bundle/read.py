@@ -90,10 +90,6 @@ def _check_model(spec: ModelSpec, where: str) -> None:
     for name in ("load_peak_bytes", "gather_bytes"):
         if getattr(spec, name) is not None:
             _at_least(getattr(spec, name), 0, f"{where}.{name}")
-    rows = spec.gather_row_bytes
-    if rows is not None and (not isinstance(rows, list) or not all(isinstance(b, int) and b > 0 for b in rows)):
-        raise BundleError(f"The manifest field '{where}.gather_row_bytes' should be a list of positive integers but "
-                          f"is {json.dumps(rows)[:40]}; the manifest was edited or damaged, re-export the bundle.")
     if spec.quantization.io_dtype not in ("float32", "float16"):
         raise BundleError(f"The manifest field '{where}.quantization.io_dtype' is "
                           f"{spec.quantization.io_dtype!r} but must be float32 or float16; re-export the bundle.")

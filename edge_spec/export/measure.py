@@ -76,19 +76,18 @@ class Decoder:
         return logits[0].astype(np.float32)
 
 
-def gather_tables(proto: Any, skip: set[str] | frozenset[str] = frozenset()) -> list[tuple[int, int]]:
-    """(bytes, bytes of one row) of each external (memory-mapped) initializer the graph reads by row through
-    Gather / GatherBlockQuantized: the embedding table, whose rows the runtime lets go after load
-    (runtime.memory.drop_mapped_pages) and which come back, about a page per table for each token a context
-    reads (runtime/budget.py)."""
+def gather_table_bytes(proto: Any, skip: set[str] | frozenset[str] = frozenset()) -> int:
+    """Bytes of the external (memory-mapped) initializers the graph reads through Gather / GatherBlockQuantized:
+    the embedding table, whose rows the runtime lets go after load (runtime.memory.drop_mapped_pages) and which
+    come back, a page per token seen, as a conversation meets new tokens: at most all of it."""
     sizes = {}
     for t in proto.graph.initializer:
         ext = {e.key: e.value for e in t.external_data}
         if "length" in ext:
-            sizes[t.name] = (int(ext["length"]), int(ext["length"]) // max(int(t.dims[0]), 1) if t.dims else 0)
+            sizes[t.name] = int(ext["length"])
     names = {i for n in proto.graph.node if n.op_type in ("Gather", "GatherBlockQuantized")
              for i in (n.input[0], *(n.input[2:3] if n.op_type == "GatherBlockQuantized" else ()))}
-    return [sizes[name] for name in sorted(names - set(skip)) if name in sizes]
+    return sum(sizes.get(name, 0) for name in names - set(skip))
 
 
 def _reset_peak() -> bool:

@@ -184,9 +184,7 @@ def _ort_spec(root: Path, role: str, spec: ModelSpec, graph: Path, manifest: Man
               "genai_config": None}  # ORT GenAI loads .onnx graphs only
     # The Gather tables the graph reads from memory-mapped files: only the shared ones are still mapped (the
     # target's copy); every other weight now lives in the session's heap and is counted in load_bytes.
-    mapped = role == "target" and bool(manifest.shared_initializers)
-    fields["gather_bytes"] = (spec.gather_bytes or 0) if mapped else 0
-    fields["gather_row_bytes"] = spec.gather_row_bytes if mapped else None
+    fields["gather_bytes"] = (spec.gather_bytes or 0) if role == "target" and manifest.shared_initializers else 0
     beside = None
     if role == "drafter":
         beside = (root / "target" / (Path(manifest.target.graph).stem + ".ort"), manifest.target.head_size)

@@ -39,8 +39,7 @@ def model_spec(root: Path, role: str, ckpt: build.Checkpoint, q: Quant, level: i
                                                                  or cfg["num_attention_heads"]), head_size(cfg)
     data = [p for p in sorted((root / role).iterdir()) if p.name.endswith(".data")]
     # the drafter reads the shared embedding through the target's mapping: count its pages once, with the target
-    tables = measure.gather_tables(proto, skip={t.name for t in shared or []} if role == "drafter" else set())
-    gather, gather_rows = sum(b for b, _ in tables), [r for _, r in tables if r > 0]
+    gather = measure.gather_table_bytes(proto, skip={t.name for t in shared or []} if role == "drafter" else set())
     if opts.measure_memory:
         mem = measure.measure_memory(graph, max_ctx, head, shared=[asdict(t) for t in shared or []], root=root,
                                      beside=beside)
@@ -78,7 +77,6 @@ def model_spec(root: Path, role: str, ckpt: build.Checkpoint, q: Quant, level: i
         max_context=max_ctx, weight_bytes=sum(p.stat().st_size for p in [graph, *data]),
         load_bytes=int(mem["load_bytes"]),
         load_peak_bytes=int(mem["load_peak_bytes"]) if "load_peak_bytes" in mem else None, gather_bytes=gather,
-        gather_row_bytes=gather_rows or None,
         kv_bytes_per_token=kv_bytes_per_token(layers, kv_heads, head, kv_dtype),
         workspace_bytes=dict(mem["workspace_bytes"]),
         input_names=inputs, output_names=outputs,

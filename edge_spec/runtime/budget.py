@@ -5,10 +5,7 @@ Resident bytes of a generation, as we account them:
 * process baseline: the Python process with onnxruntime, numpy and the tokenizer loaded
   (measured by the engine right before it plans);
 * per model: ``load_bytes`` (what creating the ORT session added, measured at export, after the mapped weights
-  it repacked were let go), the mapped embedding table (``gather_bytes``), whose pages come back as tokens
-  appear: the rows one request can read (:func:`embedding_rows`; the engine lets them go again before each
-  request), each row its bytes plus a page per table (``gather_row_bytes``: rows are read alone, each brings in
-  the page it lies on), at most the whole table (all of it for bundles that do not record row sizes),
+  it repacked were let go), ``gather_bytes`` (the mapped embedding table, whose pages come back as tokens appear),
   KV ``kv_bytes_per_token x max_context`` (reserved at load; pages resident as passes fill them), logits buffer
   ``rows x vocab x 4`` (rows = the largest pass: max(prefill chunk, gamma + 1));
 * sampling scratch: probabilities for the target rows, the drafter's gamma rows and each draft's
@@ -36,7 +33,6 @@ PREFILL_CHUNK = 16  # tokens per prefill pass; the export measures workspace for
 AR_CHUNKS = (16, 8, 4, 2)  # plain AR under a tight budget: smaller prefill passes, smaller buffers
 MAX_DRAFT = 8  # default bound on gamma: int4 verify cost grows with k (GUIDE §3)
 MIN_CONTEXT = 128  # a plan with fewer usable positions is not worth running
-PAGE = 4096  # bytes a row read from a mapped table brings in beyond its own (the page it lies on)
 CONTEXT_STEP = 128  # a request-sized context is rounded up to this many positions
 SLACK_BYTES = 6 * MiB
 MODES = ("speculative", "lookup", "ar")
@@ -96,9 +92,6 @@ class Plan:
     # RSS while the sessions are created, before the weights they repacked are let go (see load_floor); the plan
     # is only made when the budget covers it too
     load_peak_bytes: int = 0
-    # distinct tokens whose embedding rows the plan counts for one request (0: the tables are counted whole); the
-    # engine lets the rows of the request before go when it counts rows
-    embedding_rows: int = 0
 
     @property
     def total_bytes(self) -> int:
@@ -126,26 +119,9 @@ class Plan:
         return "\n".join(lines)
 
 
-def embedding_rows(m: Manifest, mode: str, ctx: int) -> int:
-    """Distinct tokens one request of ``ctx`` positions can feed a model: its context, plus the tokens drafts may
-    bring that the context does not hold (a trimmed drafter drafts only its kept tokens; the n-gram table drafts
-    its entries' continuations), at most the vocabulary."""
-    extra = 0
-    if mode == "speculative":
-        extra += m.vocab_trim.kept if m.vocab_trim is not None else m.target.full_vocab_size
-    if mode != "ar" and m.ngrams is not None:
-        extra += m.ngrams.entries
-    return min(m.target.full_vocab_size, ctx + extra)
-
-
-def _row_bytes(spec: ModelSpec) -> int:
-    """Resident bytes one distinct token's embedding rows cost (0: counted whole, older bundles)."""
-    return sum(b + PAGE for b in spec.gather_row_bytes) if spec.gather_bytes and spec.gather_row_bytes else 0
-
-
 def _model_items(name: str, spec: ModelSpec, ctx: int, rows: int) -> list[tuple[str, int]]:
     gather = [(f"{name} embedding table (mapped; pages resident as tokens appear, counted whole)",
-               spec.gather_bytes)] if spec.gather_bytes and not _row_bytes(spec) else []
+               spec.gather_bytes)] if spec.gather_bytes else []
     return [
         (f"{name} weights (session load)", spec.load_bytes), *gather,
         (f"{name} KV cache ({ctx} tokens x {spec.kv_bytes_per_token} B)", ctx * spec.kv_bytes_per_token),
@@ -179,7 +155,6 @@ def _layout(m: Manifest, mode: str, gamma: int, chunk: int,
         items.append((f"n-gram draft table ({m.ngrams.entries} entries)", m.ngrams.bytes + m.ngrams.guess_bytes))
     items = [(w, b) for w, b in items if "KV cache" not in w]
     per_token += _attention_per_token(m, mode, t_rows, d_rows)
-
     items.append(("sampling scratch (probabilities, x2 for temporaries)", 2 * scratch))
     items.append(("largest forward-pass workspace (passes run one at a time)", max(work)))
     items.append(("slack (small Python objects, allocator rounding)", SLACK_BYTES))
@@ -207,33 +182,9 @@ def load_floor(m: Manifest, mode: str, baseline: int) -> int:
     return floor + SLACK_BYTES
 
 
-def _fit(m: Manifest, mode: str, room: int, per_token: int, cap: int) -> int:
-    """The largest context <= ``cap`` whose context-dependent items (:func:`_kv_items`) fit ``room`` bytes.
-
-    ``per_token`` counts KV and attention scores; the embedding rows add their bytes per position on top of the
-    drafts' fixed share until they reach the whole tables. Both linear forms bound the true cost (their minimum)
-    from above, so the larger context either allows fits."""
-    if room <= 0:
-        return 0
-    specs = [s for s in _models(m, mode) if _row_bytes(s)]
-    row = sum(_row_bytes(s) for s in specs)
-    by_rows = (room - embedding_rows(m, mode, 0) * row) // (per_token + row)
-    whole = (room - sum(int(s.gather_bytes or 0) for s in specs)) // per_token
-    return int(max(0, min(cap, max(by_rows, whole))))
-
-
-def _models(m: Manifest, mode: str) -> list[ModelSpec]:
-    return [m.target] + ([m.drafter] if mode == "speculative" and m.drafter is not None else [])
-
-
 def _kv_items(m: Manifest, mode: str, ctx: int, t_rows: int = PREFILL_CHUNK,
               d_rows: int = PREFILL_CHUNK) -> list[tuple[str, int]]:
-    """The items that grow with the context: KV caches, feature history, attention scores, embedding rows."""
-    rows = embedding_rows(m, mode, ctx)
-    out = [(f"{name} embedding rows (mapped; {rows} distinct tokens x {_row_bytes(s)} B, at most the table)",
-            min(int(s.gather_bytes or 0), rows * _row_bytes(s)))
-           for name, s in zip(("target", "drafter"), _models(m, mode)) if _row_bytes(s)]
-    out += [(f"target KV cache ({ctx} tokens x {m.target.kv_bytes_per_token} B)", ctx * m.target.kv_bytes_per_token)]
+    out = [(f"target KV cache ({ctx} tokens x {m.target.kv_bytes_per_token} B)", ctx * m.target.kv_bytes_per_token)]
     if mode == "speculative":
         d = m.drafter
         out.append((f"drafter KV cache ({ctx} tokens x {d.kv_bytes_per_token} B)", ctx * d.kv_bytes_per_token))
@@ -286,7 +237,8 @@ def plan_memory(m: Manifest, budget: int | None, baseline: int, *, max_context: 
             steps = []  # cannot even load this rung's sessions
         for gamma, chunk in steps:
             items, per_token, t_rows, d_rows = _layout(m, mode, gamma, chunk, baseline)
-            ctx = cap if budget is None else _fit(m, mode, budget - sum(b for _, b in items), per_token, cap)
+            fixed = sum(b for _, b in items)
+            ctx = cap if budget is None else min(cap, (budget - fixed) // per_token if budget > fixed else 0)
             if ctx >= min_ctx:
                 if mode == "ar" and chunk < PREFILL_CHUNK:
                     notes.append(f"prompts are prefilled {chunk} tokens per pass to fit the budget")
@@ -294,9 +246,7 @@ def plan_memory(m: Manifest, budget: int | None, baseline: int, *, max_context: 
                             prefill_chunk=chunk, target_rows=t_rows,
                             drafter_rows=d_rows if mode == "speculative" else 0,
                             items=tuple(items[:2] + _kv_items(m, mode, int(ctx), t_rows, d_rows) + items[2:]),
-                            notes=tuple(notes), load_peak_bytes=floor,
-                            embedding_rows=embedding_rows(m, mode, int(ctx)) if any(
-                                _row_bytes(s) for s in _models(m, mode)) else 0)
+                            notes=tuple(notes), load_peak_bytes=floor)
         if mode == "speculative":
             notes.append("the drafter model does not fit the budget with a useful context, so drafts come "
                          "from prompt lookup (no model memory)")
@@ -305,7 +255,7 @@ def plan_memory(m: Manifest, budget: int | None, baseline: int, *, max_context: 
                          "decoding is plain autoregressive")
 
     items, per_token, _, _ = _layout(m, "ar", 0, AR_CHUNKS[-1], baseline)
-    need = max(sum(b for _, b in items + _kv_items(m, "ar", min_ctx, AR_CHUNKS[-1])), load_floor(m, "ar", baseline))
+    need = max(sum(b for _, b in items) + min_ctx * per_token, load_floor(m, "ar", baseline))
     parts = ", ".join(f"{b / MiB:.1f} MiB {w.split(' (')[0]}" for w, b in
                       items[:2] + _kv_items(m, "ar", min_ctx, AR_CHUNKS[-1]) + items[2:] if b)
     raise BudgetError(f"A memory budget of {budget / MiB:.1f} MiB cannot run this bundle: the smallest plan "

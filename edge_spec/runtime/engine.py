@@ -271,8 +271,6 @@ class Engine:
         return np.asarray(ids, dtype=np.int64)
 
     def _run(self, ids: np.ndarray, cfg: GenerationConfig, warn_full: bool = True) -> Iterator[StreamEvent]:
-        if self.plan.embedding_rows and self.bundle_dir is not None:  # the plan counts one request's embedding
-            drop_mapped_pages(self.bundle_dir)  # rows: let the rows the requests before read go (page cache keeps them)
         owner = object()
         self._owner = owner
         dec, t, d = self._dec, self.target, self.drafter
