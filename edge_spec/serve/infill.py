@@ -10,8 +10,8 @@ indentation) and ``t_max_predict_ms`` (after that long, the next line break ends
 semantics (runtime/stops.py). Options that only steer llama-server's own scheduling (``cache_prompt``,
 ``id_slot``, ``samplers``, ``n_cmpl``, ``response_fields``) are ignored, as is ``t_max_prompt_ms``, which
 llama-server ignores too; ones that would change what the model writes and are not implemented (penalties,
-grammars, ``n_probs``, ``return_tokens``) are refused by name. The answer is llama-server's: ``content``, ``stop``,
-``stop_type``, ``tokens_predicted``, ``tokens_evaluated``, ``timings``, ...; streamed, one ``data:``
+grammars, ``n_probs``, ``return_tokens``) are refused by name. The answer is llama-server's: ``content``,
+``stop``, ``stop_type``, ``tokens_predicted``, ``tokens_evaluated``, ``timings``, ...; streamed, one ``data:``
 event per piece and a last one with ``"stop": true`` (no ``[DONE]``, as llama-server).
 """
 
