@@ -1,20 +1,27 @@
 """Fill-in-the-middle as an editor sends it (issue 46): 10 Python files cut mid-function, sent to ``/infill``.
 
-    python benchmarks/infill.py --bundle BUNDLE [--llama-server --gguf FILE] [--threads 1] [--n-predict 128]
+    python benchmarks/infill.py --bundle BUNDLE [--llama-server --gguf FILE] [--threads 1]
     python benchmarks/infill.py --url http://127.0.0.1:8080 [--plain-url URL]     # servers you started yourself
 
-Each case is one file of our own (not HumanEval/MBPP): the prefix ends inside a function, at the cursor; the suffix
-is the rest of the file; ``input_extra`` carries a second file of the "project" when the case has one. Every
-request is greedy (``temperature`` 0), streamed, with llama.vscode's shape (``input_prefix``, ``input_suffix``,
-``input_extra``, ``n_predict``). For each case and server: whether ``ast.parse(prefix + completion + suffix)``
-succeeds, time to the first token (client side: request sent to first non-empty piece), tokens/s after it (client
-side, and the server's own ``timings.predicted_per_second``), and the prompt's token count.
+Each case is one file of our own (not HumanEval/MBPP) with the cursor inside a function; a second file of the
+"project", when the case has one, goes in ``input_extra``. The request is llama.vscode's at that cursor
+(benchmarks/lib/editor.py: ``input_prefix`` the lines before the cursor's line, ``prompt`` that line up to the
+cursor, ``input_suffix`` the rest; ``n_indent`` the cursor line's indentation, ``t_max_predict_ms`` 500,
+``n_predict`` 128, its ``top_p``, ``samplers``, ``cache_prompt``, ...; not streamed), made greedy (``temperature``
+0, ``top_k`` 1) so that runs repeat and plain == speculative can be checked; the same body goes to every server.
+For each case and server: whether the file parses (``ast.parse``) once llama.vscode has inserted the answer as
+it does (trailing blank lines dropped, repeats of the following text discarded, its leading spaces removed), the
+stop type, the server's own prompt time (``timings.prompt_ms``: to the first token) and tokens/s after it, the
+client's wall time, and the prompt's token count. ``--no-indent`` leaves ``n_indent`` out, ``--t-max-predict-ms 0``
+turns the time limit off (it depends on the machine's speed: at a few tokens/s it ends most answers at their
+first line break, and plain and speculative decoding may stop at different line breaks).
 
 edge-spec: ``--bundle`` starts ``edge-spec serve BUNDLE`` twice in turn, speculative (``--drafting auto``) and
-plain (``--drafting none``), and checks the two greedy completions are equal; ``--url`` / ``--plain-url`` use
-running servers. ``--llama-server`` also starts llama-server on ``--gguf`` (same threads and context) and checks
-its /infill prompt is ours (same prompt text and token count). Results: ``--out`` (JSON) and a Markdown table.
-A benchmark, not a test: time it on an otherwise idle machine, servers one at a time.
+plain (``--drafting none``), and compares the two greedy answers (equal, or one a prefix of the other when the
+time limit ended them); ``--url`` / ``--plain-url`` use running servers. ``--llama-server`` also starts
+llama-server on ``--gguf`` (same threads and context) and checks its /infill prompt is ours (same prompt text and
+token count). Results: ``--out`` (JSON) and a Markdown table. A benchmark, not a test: time it on an otherwise idle
+machine, servers one at a time.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -38,9 +46,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+from benchmarks.lib import editor  # noqa: E402
 from benchmarks.lib.llamacpp import LlamaServer  # noqa: E402
 
-CURSOR = "<CURSOR>"  # where the editor's cursor is: the prefix ends, the suffix starts
 UTIL = '''"""Small helpers shared by the project."""
 
 
@@ -188,64 +196,47 @@ print(retry(lambda: 42))
 ]
 
 
-def split(case: str) -> tuple[str, str]:
-    prefix, suffix = case.split(CURSOR)
-    return prefix, suffix
-
-
-def infill(url: str, prefix: str, suffix: str, extra: list[dict[str, str]], n_predict: int) -> dict[str, Any]:
-    """One streamed greedy /infill request: the completion, client-side timings and the server's last event."""
-    body = {"input_prefix": prefix, "input_suffix": suffix, "input_extra": extra, "n_predict": n_predict,
-            "temperature": 0, "top_k": 1, "stream": True, "cache_prompt": False}
+def infill(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    """One /infill request (not streamed, as llama.vscode sends it): the answer and the timings."""
     req = urllib.request.Request(url.rstrip("/") + "/infill", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     t0 = time.perf_counter()
-    first = None
-    pieces, last = [], {}
     with urllib.request.urlopen(req, timeout=3600) as r:
-        for raw in r:
-            line = raw.decode("utf-8").strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            event = json.loads(line[len("data: "):])
-            if "error" in event:
-                raise RuntimeError(f"/infill failed: {event['error']}")
-            if event.get("content"):
-                first = first if first is not None else time.perf_counter()
-                pieces.append(event["content"])
-            if event.get("stop"):
-                last = event
-    end = time.perf_counter()
-    text = "".join(pieces)
-    n = int(last.get("tokens_predicted", 0))
-    return {"completion": text, "tokens": n, "prompt_tokens": last.get("tokens_evaluated"),
-            "prompt": last.get("prompt"), "stop_type": last.get("stop_type"),
-            "ttft_s": round((first if first is not None else end) - t0, 4),
-            "tokens_per_s": round((n - 1) / (end - first), 2) if first is not None and n > 1 and end > first else None,
-            "server_tokens_per_s": (last.get("timings") or {}).get("predicted_per_second"),
-            "edge_spec": last.get("edge_spec")}
+        got = json.loads(r.read())
+    timings = got.get("timings") or {}
+    return {"completion": got.get("content", ""), "tokens": int(got.get("tokens_predicted", 0)),
+            "prompt_tokens": got.get("tokens_evaluated"), "prompt": got.get("prompt"),
+            "stop_type": got.get("stop_type"),
+            "prompt_ms": timings.get("prompt_ms"), "server_tokens_per_s": timings.get("predicted_per_second"),
+            "client_s": round(time.perf_counter() - t0, 4), "edge_spec": got.get("edge_spec")}
 
 
-def parses(prefix: str, completion: str, suffix: str) -> bool:
+def parses(text: str) -> bool:
     try:
-        ast.parse(prefix + completion + suffix)
+        ast.parse(text)
         return True
     except SyntaxError:
         return False
 
 
-def run_cases(url: str, n_predict: int, log: Any) -> list[dict[str, Any]]:
+def run_cases(url: str, args: argparse.Namespace, log: Any) -> list[dict[str, Any]]:
     rows = []
     for name, case, extra in CASES:
-        prefix, suffix = split(case)
+        cur = editor.Cursor.parse(case)
+        body = editor.request(cur, extra, n_predict=args.n_predict, indent=not args.no_indent,
+                              t_max_predict_ms=args.t_max_predict_ms)
+        body.update(temperature=0, top_k=1)  # greedy on both servers (module docstring)
         try:
-            got = infill(url, prefix, suffix, extra, n_predict)
+            got = infill(url, body)
         except urllib.error.HTTPError as exc:  # e.g. 400 context_length_exceeded: a failed case, said as such
             got = {"error": f"{exc.code}: {exc.read().decode(errors='replace')[:300]}", "completion": "", "tokens": 0,
-                   "prompt": None, "prompt_tokens": None, "ttft_s": None, "tokens_per_s": None}
-        got.update(case=name, parses=parses(prefix, got["completion"], suffix))
-        print(f"  {name}: parses={got['parses']} ttft={got['ttft_s']}s tok/s={got['tokens_per_s']} "
-              f"{got['completion']!r}", file=log, flush=True)
+                   "prompt": None, "prompt_tokens": None, "stop_type": None, "prompt_ms": None,
+                   "server_tokens_per_s": None}
+        put = editor.inserted(cur, got["completion"])
+        file = cur.doc[:cur.offset] + (put or "") + cur.doc[cur.offset:]
+        got.update(case=name, n_indent=body.get("n_indent", 0), inserted=put, parses=parses(file))
+        print(f"  {name}: parses={got['parses']} stop={got['stop_type']} tokens={got['tokens']} "
+              f"{got['completion']!r} -> {put!r}", file=log, flush=True)
         rows.append(got)
     return rows
 
@@ -281,7 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gguf", default=os.environ.get("EDGE_SPEC_CODER_GGUF"), help="the target GGUF for llama-server")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--context", type=int, default=4096)
-    ap.add_argument("--n-predict", type=int, default=128)
+    ap.add_argument("--n-predict", type=int, default=editor.N_PREDICT)
+    ap.add_argument("--t-max-predict-ms", type=int, default=editor.T_MAX_PREDICT_MS,
+                    help="llama.vscode's default 500; 0 = no time limit")
+    ap.add_argument("--no-indent", action="store_true", help="send no n_indent (what it buys)")
     ap.add_argument("--out", default=str(HERE / "results" / "infill.json"))
     args = ap.parse_args(argv)
     if not args.bundle and not args.url:
@@ -297,35 +291,42 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{label}:", flush=True)
         server = EdgeServer(args.bundle, drafting, args.threads, args.context) if url is None else None
         try:
-            out["runs"][label] = run_cases(url or server.url, args.n_predict, sys.stdout)
+            out["runs"][label] = run_cases(url or server.url, args, sys.stdout)
         finally:
             if server is not None:
                 server.stop()
     if args.llama_server:
         print("llama-server:", flush=True)
         with LlamaServer(Path(args.gguf), threads=args.threads, context=args.context) as ls:
-            out["runs"]["llama-server"] = run_cases(f"http://127.0.0.1:{ls.port}", args.n_predict, sys.stdout)
+            out["runs"]["llama-server"] = run_cases(f"http://127.0.0.1:{ls.port}", args, sys.stdout)
     spec, plain = out["runs"].get("edge-spec speculative"), out["runs"].get("edge-spec plain")
     if spec and plain:
         out["plain_equals_speculative"] = sum(a["completion"] == b["completion"] for a, b in zip(spec, plain))
+        out["plain_agrees_with_speculative"] = sum(  # a time limit may end one at an earlier line break
+            a["completion"].startswith(b["completion"]) or b["completion"].startswith(a["completion"])
+            for a, b in zip(spec, plain))
     if spec and "llama-server" in out["runs"]:
         out["same_prompt_as_llama_server"] = sum(a["prompt"] == b["prompt"] and a["prompt_tokens"] == b["prompt_tokens"]
                                                  for a, b in zip(spec, out["runs"]["llama-server"]))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print("\n| system | ast.parse ok | median TTFT (s) | median tok/s | tokens |\n|---|---|---|---|---|")
+    print("\n| system | ast.parse ok | stop types | median prompt ms | median tok/s | tokens |\n"
+          "|---|---|---|---|---|---|")
     for label, rows in out["runs"].items():
-        ttfts = sorted(r["ttft_s"] for r in rows if r["ttft_s"] is not None)
-        ttft = ttfts[len(ttfts) // 2] if ttfts else None
-        rates = sorted(r["tokens_per_s"] for r in rows if r["tokens_per_s"])
-        rate = rates[len(rates) // 2] if rates else None
-        print(f"| {label} | {sum(r['parses'] for r in rows)}/{len(rows)} | {ttft} | {rate} | "
+        stops = ", ".join(f"{k} {v}" for k, v in sorted(Counter(str(r["stop_type"]) for r in rows).items()))
+        print(f"| {label} | {sum(r['parses'] for r in rows)}/{len(rows)} | {stops} | "
+              f"{_median([r['prompt_ms'] for r in rows])} | {_median([r['server_tokens_per_s'] for r in rows])} | "
               f"{sum(r['tokens'] for r in rows)} |")
-    for key in ("plain_equals_speculative", "same_prompt_as_llama_server"):
+    for key in ("plain_equals_speculative", "plain_agrees_with_speculative", "same_prompt_as_llama_server"):
         if key in out:
             print(f"{key}: {out[key]}/{len(CASES)}")
     print(f"written: {args.out}")
     return 0
+
+
+def _median(values: list[Any]) -> float | None:
+    vals = sorted(v for v in values if v is not None)
+    return round(vals[len(vals) // 2], 1) if vals else None
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ from tokenizers import Tokenizer
 from edge_spec.bundle import FimTokens, find_fim, manifest_from_json, read_manifest
 from edge_spec.errors import BundleError, EdgeSpecError
 from edge_spec.runtime import fim
+from edge_spec.runtime import stops as fim_stops
+from edge_spec.runtime.detok import StreamDetokenizer
 from edge_spec.runtime.drafting import lookup_draft
 from edge_spec.runtime.engine import Engine
 from edge_spec.serve import ServeConfig
@@ -214,7 +216,7 @@ def _events(live: LiveServer, path: str, body: dict[str, Any]) -> list[Any]:
 @pytest.mark.parametrize("case", CASES)
 def test_infill_endpoint_greedy_equals_engine_infill(served: LiveServer, engine: Engine, case: tuple) -> None:
     prefix, suffix, extra = case
-    want = engine.infill(prefix, suffix, extra, max_new_tokens=16, temperature=0)
+    want = engine.infill(prefix, suffix, extra, max_new_tokens=16, temperature=0, n_indent=4)
     body = {"input_prefix": prefix, "input_suffix": suffix, "input_extra": extra, "n_predict": 16,
             "temperature": 0, "cache_prompt": True, "samplers": ["top_k", "top_p", "infill"], "n_indent": 4}
     r = _post(served, "/infill", body)
@@ -222,7 +224,7 @@ def test_infill_endpoint_greedy_equals_engine_infill(served: LiveServer, engine:
     got = r.json()
     assert got["content"] == want.text and got["stop"] is True
     assert got["tokens_predicted"] == len(want.token_ids) and got["tokens_evaluated"] == want.stats.prompt_tokens
-    assert got["stop_type"] == {"stop_token": "eos", "length": "limit"}[want.finish_reason]
+    assert got["stop_type"] == {"stop_token": "eos", "length": "limit", "indent": "limit"}[want.finish_reason]
     assert got["prompt"].startswith("<|repo_name|>myproject\n") and got["prompt"].endswith("<|fim_middle|>")
     assert got["timings"]["predicted_n"] == len(want.token_ids) and got["timings"]["prompt_ms"] > 0
     events = _events(served, "/infill", {**body, "stream": True})
@@ -284,5 +286,190 @@ def test_model_without_fim_tokens_gets_a_400_and_then_serves(bundles: dict[str, 
             assert "has no fill-in-the-middle tokens" in err["message"]
         ok = _post(live, "/v1/completions", {"prompt": "def hello", "max_tokens": 4, "temperature": 0})
         assert ok.status_code == 200 and ok.json()["choices"][0]["text"] is not None
+    finally:
+        live.stop()
+
+
+# ------------------------------------------------------------------------------ n_indent, t_max_predict_ms
+class Writer:
+    """A model at the backend seam (runtime/speculative.py ``Model``) that writes ``script`` after the first ``start``
+    positions whatever it is fed, then ``stop``; at the script indices in ``wrong`` it writes ``other`` instead (a
+    drafter that is sometimes wrong)."""
+
+    def __init__(self, vocab_size: int, script: list[int], stop: int, wrong: frozenset[int] = frozenset(),
+                 other: int = 0) -> None:
+        self.vocab_size, self.capacity, self.max_rows, self.length, self.run_seconds = vocab_size, CONTEXT, 16, 0, 0.0
+        self.script, self.stop, self.wrong, self.other, self.start = script, stop, wrong, other, 0
+
+    def forward(self, tokens: np.ndarray) -> np.ndarray:
+        out = np.zeros((len(tokens), self.vocab_size), dtype=np.float32)
+        for i in range(len(tokens)):
+            k = self.length + i + 1 - self.start  # the script index of the token after this position
+            out[i, self.other if k in self.wrong else self.script[k] if 0 <= k < len(self.script) else self.stop] = 9
+        self.length += len(tokens)
+        return out
+
+    def rewind_to(self, n: int) -> None:
+        self.length = n
+
+
+PREFIX, SUFFIX = "def f(x):\n    if x:\n        ", "\n    return 0\n"
+SCRIPT = "y = 1\n        z = 2\n    return y\nprint(f(1))\n"  # the cursor's line is indented by 8
+
+
+def _writer_engine(engine: Engine, text: str, wrong: frozenset[int] = frozenset()) -> Engine:
+    """``engine``'s bundle with a target that writes ``text`` and a drafter that drafts it (wrong at ``wrong``)."""
+    ids = engine.tokenizer.encode(text, add_special_tokens=False).ids
+    vocab, stop = engine.manifest.target.vocab_size, engine.manifest.tokenizer.stop_token_ids[0]
+    plan = dataclasses.replace(engine.plan, mode="speculative", draft_length=4)
+    config = dataclasses.replace(engine.config, drafting="model")
+    return Engine(engine.manifest, engine.tokenizer, plan, Writer(vocab, ids, stop),
+                  Writer(vocab, ids, stop, wrong, other=ids[0]), None, config, {"target": "cpu", "drafter": "cpu"})
+
+
+def _start(writer: Engine, prefix: str, suffix: str, max_new_tokens: int) -> None:
+    start = len(fim.engine_ids(writer.tokenizer, writer.fim, prefix, suffix, (), "", CONTEXT, max_new_tokens))
+    writer.target.start = writer.drafter.start = start
+
+
+def _stops(engine: Engine, n_indent: int = 0, stop: tuple[str, ...] = (), **kw: Any) -> fim_stops.TextStops:
+    return fim_stops.TextStops(StreamDetokenizer(engine.tokenizer), stop, n_indent, **kw)
+
+
+def test_indentation_cut_is_llama_servers(engine: Engine) -> None:
+    """The cut line, the text kept (its line break and indentation), the tokens read before the stop (llama-server
+    looks at a line from the token after its line break, two after for the first one), whatever the step sizes."""
+    tok = engine.tokenizer
+
+    def ids(text: str) -> list[int]:
+        return tok.encode(text, add_special_tokens=False).ids
+
+    def after(kept: str, n: int) -> int:
+        return len(ids(kept)) + n
+
+    cases = [  # (text, n_indent, stop strings, the text kept, why, tokens read)
+        (SCRIPT, 8, (), "y = 1\n        z = 2\n    ", "indent", after("y = 1\n        z = 2\n    ", 1)),
+        (SCRIPT, 4, (), "y = 1\n        z = 2\n    return y\n", "indent",
+         after("y = 1\n        z = 2\n    return y\n", 1)),
+        ("y = 1\nprint(y)\nx\n", 8, (), "y = 1\n", "indent", after("y = 1\n", 2)),  # the first break: one late
+        ("a = 1\n    b = 2\n\n    c = 3\n", 4, (), "a = 1\n    b = 2\n", "indent",  # an empty line ends it
+         after("a = 1\n    b = 2\n", 1)),
+        ("x\n\ty\n\t\tz\n", 1, (), "x\n\ty\n\t\tz\n", None, after("x\n\ty\n\t\tz\n", 0)),  # tabs indent
+        (SCRIPT, 0, (), SCRIPT, None, after(SCRIPT, 0)),
+        (SCRIPT, 8, ("z =",), "y = 1\n        ", "stop_string", after("y = 1\n        z =", 0)),
+    ]
+    for text, n_indent, stop, kept, why, n_read in cases:
+        script = ids(text)
+        for size in (1, 2, 3, 5, len(script)):  # plain decoding, and speculative steps of other sizes
+            ends, read, got, pieces = _stops(engine, n_indent, stop), 0, None, []
+            for i in range(0, len(script), size):
+                used, got = ends.feed(script[i:i + size])
+                read += used
+                pieces.append(ends.take(final=got is not None))
+                assert kept.startswith("".join(pieces)), (text, size)  # nothing streamed that a cut takes back
+                if got:
+                    break
+            pieces.append(ends.take(final=True))
+            assert (ends.text, got, read, "".join(pieces)) == (kept, why, n_read, kept), (text, n_indent, size)
+
+
+def test_time_limit_ends_at_the_next_line_break(engine: Engine) -> None:
+    tok = engine.tokenizer
+    script = tok.encode("a = 1\nb = 2\nc = 3\n", add_special_tokens=False).ids
+    first_break = [tok.decode([t]) for t in script].index("\n")
+    for limit, want in ((0, None), (100, "a = 1\nb = 2\n")):
+        # the first token at 0 s, up to the first line break 50 ms later, then 200 ms
+        clock = iter([0.0] + [0.05] * first_break + [0.2] * len(script))
+        ends = _stops(engine, t_max_predict_ms=limit, clock=lambda: next(clock))  # noqa: B023
+        for t in script:
+            used, why = ends.feed([t])
+            if why:
+                break
+        assert (ends.text, why) == ((want, "time_limit") if want else (tok.decode(script), None))
+
+
+def test_indentation_cut_equals_llama_servers_own(bundles: dict[str, Path], engine: Engine) -> None:
+    """The FIM GGUF in llama-server, sampling (seeded) among line breaks, spaces, tabs and "x" only: its answer with
+    n_indent = k is what our cut makes of its answer without — the text, and the tokens it read before stopping."""
+    from benchmarks.lib.llamacpp import LlamaServer, bin_dir
+
+    if bin_dir() is None:
+        pytest.skip("llama.cpp is not built (benchmarks/build_llamacpp.sh); the cases above still hold")
+    tok = engine.tokenizer
+    allowed = {tok.token_to_id(t) for t in ("Ċ", "Ġ", "ĉ", "x", "the")}
+    bias = [[i, False] for i in range(engine.manifest.target.vocab_size) if i not in allowed]
+    cuts = 0
+    with LlamaServer(bundles["gguf"], threads=1, context=CONTEXT) as server:
+        def ask(seed: int, n_indent: int) -> dict[str, Any]:
+            body = {"input_prefix": "def f():\n", "input_suffix": "\n", "n_predict": 64, "seed": seed,
+                    "temperature": 40.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "logit_bias": bias,
+                    "return_tokens": True, "n_indent": n_indent, "cache_prompt": False}
+            req = urllib.request.Request(f"http://127.0.0.1:{server.port}/infill", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return json.loads(r.read())
+
+        for seed in range(1, 7):
+            whole = ask(seed, 0)
+            for n_indent in (1, 2, 3):
+                theirs = ask(seed, n_indent)
+                assert whole["tokens"][:len(theirs["tokens"])] == theirs["tokens"]  # the same draws, then the stop
+                for size in (1, 4):
+                    ends, read, why = _stops(engine, n_indent), 0, None
+                    for i in range(0, len(whole["tokens"]), size):
+                        used, why = ends.feed(whole["tokens"][i:i + size])
+                        read += used
+                        if why:
+                            break
+                    assert ends.text == theirs["content"], (seed, n_indent, size)
+                    assert read == theirs["tokens_predicted"] and theirs["stop_type"] == "limit"
+                    cuts += why == "indent"
+    assert cuts >= 20  # most of the 36 answers were cut
+
+
+def test_infill_cut_speculative_equals_plain(engine: Engine) -> None:
+    """A target that writes SCRIPT: n_indent cuts it at the line with less indentation, in plain and speculative
+    decoding alike (a stop inside a step drops the step's later tokens from the context too), streamed or not."""
+    for wrong in (frozenset(), frozenset({3, 9, 10, 22})):
+        writer = _writer_engine(engine, SCRIPT, wrong)
+        script = list(writer.target.script)
+        results = {}
+        for name, opts in (("plain", {"speculative": False}), ("spec", {"draft_length": 4})):
+            _start(writer, PREFIX, SUFFIX, 40)
+            r = writer.infill(PREFIX, SUFFIX, max_new_tokens=40, temperature=0, n_indent=8, **opts)
+            results[name] = (r.text, r.token_ids, r.finish_reason, writer.context, r.stats.tokens)
+            streamed = list(writer.infill(PREFIX, SUFFIX, max_new_tokens=40, temperature=0, n_indent=8, stream=True,
+                                          **opts))
+            assert "".join(e.text for e in streamed) == r.text
+            assert all("    return" not in e.text for e in streamed)
+            if name == "spec":
+                assert r.stats.accepted > 0 and any(len(e.token_ids) > 1 for e in streamed)
+        assert results["spec"] == results["plain"]
+        text, ids, finish, context, n = results["plain"]
+        assert (text, finish) == ("y = 1\n        z = 2\n    ", "indent")
+        assert list(ids) == script[:len(ids)] and context[-len(ids):] == list(ids) and n == len(ids)
+        assert writer.infill(PREFIX, SUFFIX, max_new_tokens=40, temperature=0).text == SCRIPT  # no n_indent: all
+
+
+def test_infill_endpoint_cuts_at_n_indent(engine: Engine) -> None:
+    writer = _writer_engine(engine, SCRIPT, frozenset({5}))
+    live = LiveServer(writer, ServeConfig(model_names=(NAME,)))
+    try:
+        _start(writer, PREFIX, SUFFIX, 40)
+        want = writer.infill(PREFIX, SUFFIX, max_new_tokens=40, temperature=0, n_indent=8)
+        body = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 40, "temperature": 0, "n_indent": 8,
+                "t_max_prompt_ms": 500, "t_max_predict_ms": 60_000}
+        got = _post(live, "/infill", body).json()
+        assert got["content"] == want.text == "y = 1\n        z = 2\n    "
+        assert got["stop_type"] == "limit" and got["tokens_predicted"] == len(want.token_ids)
+        events = _events(live, "/infill", {**body, "stream": True})
+        assert "".join(e["content"] for e in events) == want.text and events[-1]["stop_type"] == "limit"
+        assert _post(live, "/infill", {**body, "n_indent": 0}).json()["content"] == SCRIPT
+        for name, value in (("n_indent", -1), ("n_indent", "4"), ("n_indent", 1.5), ("t_max_predict_ms", -2),
+                            ("t_max_predict_ms", True)):
+            r = _post(live, "/infill", {**body, name: value})
+            assert r.status_code == 400 and r.json()["error"]["param"] == name, (name, value)
+            assert f"{name} must be a whole number" in r.json()["error"]["message"]
+        assert _post(live, "/infill", {**body, "t_max_predict_ms": -1}).json()["content"] == want.text
     finally:
         live.stop()

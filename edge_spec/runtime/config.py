@@ -34,6 +34,10 @@ class GenerationConfig:
     seed: int | None = None
     stop: tuple[str, ...] = ()  # stop strings (not included in the text)
     stop_token_ids: tuple[int, ...] | None = None  # None = the bundle's stop tokens; () = none
+    # llama-server's stops for code completion (runtime/stops.py): lines after the first need this much indentation
+    # (0 = off), and after this many ms a line break ends the generation (0 = off)
+    n_indent: int = 0
+    t_max_predict_ms: float = 0
     speculative: bool = True
     draft_length: int | None = None  # None = adaptive (bounded by the plan); int = fixed gamma
     confidence_threshold: float | None = None  # None = 0.3 when adaptive, off with a fixed draft_length
@@ -60,6 +64,12 @@ class GenerationConfig:
             raise EdgeSpecError(f"max_new_tokens={self.max_new_tokens!r} must be a positive integer.")
         if self.draft_length is not None and (not is_whole(self.draft_length) or self.draft_length < 0):
             raise EdgeSpecError(f"draft_length={self.draft_length!r} must be None (adaptive) or an integer >= 0.")
+        if not is_whole(self.n_indent) or self.n_indent < 0:
+            raise EdgeSpecError(f"n_indent={self.n_indent!r} must be a whole number >= 0 (spaces or tabs a line "
+                                "after the first needs; 0 = off).")
+        t = self.t_max_predict_ms
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < math.inf:
+            raise EdgeSpecError(f"t_max_predict_ms={t!r} must be a number of milliseconds >= 0 (0 = off).")
         if any(not s for s in self.stop):
             raise EdgeSpecError("stop strings must be non-empty.")
         if not isinstance(self.speculative, bool):
@@ -216,6 +226,6 @@ class Stats:
 class Result:
     text: str
     token_ids: tuple[int, ...]
-    finish_reason: str  # "stop_token", "stop_string", "length", "context_full"
+    finish_reason: str  # "stop_token", "stop_string", "length", "context_full", "indent", "time_limit"
     stats: Stats
     logprobs: tuple[TokenLogprob, ...] = ()  # one per token id when GenerationConfig.logprobs is set

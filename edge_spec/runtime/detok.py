@@ -59,6 +59,14 @@ class StreamDetokenizer:
         self.prefix = 0  # generic path: start of the decode window
         self.read = 0  # generic path: ids before this are already emitted
         self.text = ""
+        self._partial = False  # generic path: the last decode ended in an incomplete character
+
+    @property
+    def pending(self) -> bool:
+        """Bytes of a character not complete yet are held back (they follow ``text``)."""
+        if self.table is not None:
+            return bool(self._utf8.getstate()[0])
+        return self._partial
 
     def push(self, ids: list[int]) -> str:
         """Add tokens; return the newly final text (maybe empty)."""
@@ -69,7 +77,8 @@ class StreamDetokenizer:
         self.ids.extend(ids)
         prefix_text = self.tok.decode(self.ids[self.prefix:self.read], skip_special_tokens=self.skip)
         full = self.tok.decode(self.ids[self.prefix:], skip_special_tokens=self.skip)
-        if full.endswith("\ufffd") or len(full) <= len(prefix_text):
+        self._partial = full.endswith("\ufffd")
+        if self._partial or len(full) <= len(prefix_text):
             return ""
         delta = full[len(prefix_text):]
         self.read = len(self.ids)
@@ -86,6 +95,7 @@ class StreamDetokenizer:
             delta = full[len(self.text):] if full.startswith(self.text) else ""
             delta = delta.rstrip("\ufffd")
             self.read = len(self.ids)
+            self._partial = False
         self.text += delta
         return delta
 

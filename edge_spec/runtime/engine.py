@@ -21,7 +21,7 @@ from edge_spec.runtime import chat as chat_mod
 from edge_spec.runtime import fim as fim_mod
 from edge_spec.runtime.budget import Plan, parse_budget
 from edge_spec.runtime.config import GenerationConfig, LoadConfig, Result, Stats, StreamEvent, is_whole
-from edge_spec.runtime.detok import StreamDetokenizer, byte_table, find_stop
+from edge_spec.runtime.detok import StreamDetokenizer, byte_table
 from edge_spec.runtime.drafting import DraftPolicy
 from edge_spec.runtime.memory import drop_mapped_pages
 from edge_spec.runtime.ngrams import NgramTable
@@ -31,6 +31,7 @@ from edge_spec.runtime.providers import MIN_ROWS, resolve
 from edge_spec.runtime.sampling import Noise, Rejection
 from edge_spec.runtime.session import ModelSession, shared_initializers
 from edge_spec.runtime.speculative import Decoder, decode
+from edge_spec.runtime.stops import TextStops
 
 __all__ = ["Engine", "GenerationConfig", "Result", "StreamEvent", "Stats", "Plan"]
 
@@ -192,13 +193,18 @@ class Engine:
                max_new_tokens: int | None = None, temperature: float | None = None, top_k: int | None = None,
                top_p: float | None = None, min_p: float | None = None, seed: int | None = None,
                stop: Sequence[str] | None = None, speculative: bool | None = None,
-               draft_length: int | None = None, logprobs: int | None = None) -> Result | Iterator[StreamEvent]:
+               draft_length: int | None = None, logprobs: int | None = None, n_indent: int | None = None,
+               t_max_predict_ms: float | None = None) -> Result | Iterator[StreamEvent]:
         """Write what goes between ``prefix`` and ``suffix`` (the text around an editor's cursor) after llama-server's
         /infill prompt (``runtime/fim.py``); ``extra``: other files, ``{"filename", "text"}`` dicts; ``prompt``: text
-        the middle starts with. Options as :meth:`generate`; ``stream=True`` yields StreamEvents."""
+        the middle starts with. Options as :meth:`generate`; ``stream=True`` yields StreamEvents. llama-server's
+        stops for editors (``runtime/stops.py``): ``n_indent`` (the cursor line's indentation: a later line with less
+        ends the middle, cut after its indentation; finish_reason "indent") and ``t_max_predict_ms`` (after that
+        long, the next line break ends it; "time_limit")."""
         cfg = GenerationConfig.merged(config, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                                       top_p=top_p, min_p=min_p, seed=seed, stop=stop, speculative=speculative,
-                                      draft_length=draft_length, logprobs=logprobs)
+                                      draft_length=draft_length, logprobs=logprobs, n_indent=n_indent,
+                                      t_max_predict_ms=t_max_predict_ms)
         ids = fim_mod.engine_ids(self.tokenizer, self.fim, prefix, suffix, extra, prompt, self._dec.capacity,
                                  cfg.max_new_tokens)
         if cfg.stop_token_ids is None:  # llama.cpp ends an infill on the FIM pad / repo / file-separator tokens too
@@ -292,41 +298,29 @@ class Engine:
         # draft lengths. Without one, the rejection rule accepts more drafts (1 - TV vs (1 - TV)/(1 + TV)).
         noise: Noise | Rejection = Rejection(random.Random()) if cfg.seed is None else \
             Noise(cfg.seed, self.manifest.target.vocab_size)
-        detok = StreamDetokenizer(self.tokenizer, table=self._bytes)
-        hold = max((len(s) for s in cfg.stop), default=1) - 1  # chars that might start a stop string
-        emitted = 0
-        finish = "length"
+        ends = TextStops(StreamDetokenizer(self.tokenizer, table=self._bytes), cfg.stop, cfg.n_indent,
+                         cfg.t_max_predict_ms)
         try:
             for step in decode(dec, cfg.sampling, policy, noise, cfg.max_new_tokens, stop_ids, cfg.threshold,
                                lookup_policy, cfg.draft_sampling, cfg.logprobs):
                 if self._owner is not owner:
                     raise EdgeSpecError("This stream was superseded by a newer call on the same engine; "
                                         "finish or close a stream before starting another.")
+                kept, finish = ends.feed(step.tokens, step.finish)  # token by token, as plain decoding meets them
+                if kept < len(step.tokens):  # it ends inside a speculative step: its later tokens were never written
+                    dec.n -= len(step.tokens) - kept
+                    step = dataclasses.replace(step, tokens=step.tokens[:kept], from_drafter=step.from_drafter[:kept],
+                                               accepted=min(step.accepted, kept),
+                                               logprobs=None if step.logprobs is None else step.logprobs[:kept])
                 st.count(step)
-                lps = tuple(step.logprobs or ())
-                detok.push(step.tokens)
-                text = detok.text
-                cut = find_stop(text, cfg.stop, max(0, emitted - hold))
-                finish = step.finish or finish
-                if cut is not None:
-                    finish = "stop_string"
-                    yield StreamEvent(text[emitted:cut], tuple(step.tokens), tuple(step.from_drafter), finish, lps)
-                    return
-                if step.finish == "context_full" and warn_full:
+                if finish == "context_full" and warn_full:
                     warnings.warn(f"Generation stopped because the context is full ({dec.capacity} tokens, the "
                                   "plan's max_context); call reset() or load with a larger memory_budget or "
                                   "max_context.", RuntimeWarning, stacklevel=2)
-                if step.finish:
-                    detok.flush()
-                    text = detok.text
-                    cut = find_stop(text, cfg.stop, max(0, emitted - hold))
-                    end = len(text) if cut is None else cut
-                    finish = "stop_string" if cut is not None else step.finish
-                    yield StreamEvent(text[emitted:end], tuple(step.tokens), tuple(step.from_drafter), finish, lps)
+                yield StreamEvent(ends.take(final=finish is not None), tuple(step.tokens), tuple(step.from_drafter),
+                                  finish, tuple(step.logprobs or ()))
+                if finish is not None:
                     return
-                safe = max(emitted, len(text) - hold)
-                yield StreamEvent(text[emitted:safe], tuple(step.tokens), tuple(step.from_drafter), None, lps)
-                emitted = safe
         finally:
             dec.sync_kv()
             st.seconds = time.perf_counter() - start

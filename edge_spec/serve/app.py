@@ -230,7 +230,8 @@ def _start_infill(engine: Any, req: fim.InfillRequest, llama: bool = False,
                             "reply together); send less text around the cursor or start the server with a larger "
                             "--max-context.", param="input_prefix" if llama else "prompt",
                        code="context_length_exceeded")
-    cfg = dataclasses.replace(cfg, stop_token_ids=stop_ids(engine.fim, engine.manifest.tokenizer))
+    cfg = dataclasses.replace(cfg, stop_token_ids=stop_ids(engine.fim, engine.manifest.tokenizer),
+                              n_indent=req.n_indent, t_max_predict_ms=req.t_max_predict_ms)
     if not llama:
         return engine.stream(ids, cfg), {}
     info: dict[str, Any] = {"prompt": engine.tokenizer.decode(ids, skip_special_tokens=False)}

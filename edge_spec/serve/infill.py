@@ -4,12 +4,14 @@ Editor plugins (llama.vscode, llama.vim, ...) send the text before and after the
 ``input_prefix`` / ``input_suffix``, other files as ``input_extra`` = [{"filename", "text"}], and
 ``prompt`` (text the middle starts with), plus llama-server's ``/completion`` options: ``n_predict``
 (or ``max_tokens``), ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed`` (-1: random), ``stop``,
-``stream``, with llama-server's defaults (T 0.8, top-k 40, top-p 0.95, min-p 0.05). Options that only
-steer llama-server's own scheduling or stopping heuristics (``cache_prompt``, ``id_slot``, ``samplers``,
-``n_indent``, ``t_max_prompt_ms``, ``t_max_predict_ms``, ``response_fields``) are ignored; ones that
-would change what the model writes and are not implemented (penalties, grammars, ``n_probs``,
-``return_tokens``) are refused by name. The answer is llama-server's: ``content``, ``stop``,
-``stop_type``, ``tokens_predicted``, ``tokens_evaluated``, ``timings``, ...; streamed, one ``data:``
+``stream``, with llama-server's defaults (T 0.8, top-k 40, top-p 0.95, min-p 0.05), and its two stops for
+editors, ``n_indent`` (a line after the first with less indentation ends the middle, cut after that
+indentation) and ``t_max_predict_ms`` (after that long, the next line break ends it), with llama-server's
+semantics (runtime/stops.py). Options that only steer llama-server's own scheduling (``cache_prompt``,
+``id_slot``, ``samplers``, ``n_cmpl``, ``response_fields``) are ignored, as is ``t_max_prompt_ms``, which
+llama-server ignores too; ones that would change what the model writes and are not implemented (penalties,
+grammars, ``n_probs``, ``return_tokens``) are refused by name. The answer is llama-server's: ``content``,
+``stop``, ``stop_type``, ``tokens_predicted``, ``tokens_evaluated``, ``timings``, ...; streamed, one ``data:``
 event per piece and a last one with ``"stop": true`` (no ``[DONE]``, as llama-server).
 """
 
@@ -50,6 +52,8 @@ class InfillRequest:
     extra: tuple[ExtraFile, ...]
     prompt: str  # text the middle starts with (its special tokens are parsed, as llama-server does)
     sampling: Sampling
+    n_indent: int = 0  # llama-server's stops for editors (0: off)
+    t_max_predict_ms: int = 0
 
 
 def infill_request(data: dict[str, Any], models: tuple[str, ...], max_context: int) -> InfillRequest:
@@ -81,7 +85,20 @@ def infill_request(data: dict[str, Any], models: tuple[str, ...], max_context: i
     if sampling.get("seed") == -1:  # llama-server's "random"
         del sampling["seed"]
     return InfillRequest(texts["input_prefix"], texts["input_suffix"], _extra(data.get("input_extra")),
-                         texts["prompt"], _sampling(sampling, max_context))
+                         texts["prompt"], _sampling(sampling, max_context), _whole(data, "n_indent", 0),
+                         max(0, _whole(data, "t_max_predict_ms", -1)))
+
+
+def _whole(data: dict[str, Any], name: str, low: int) -> int:
+    """``data[name]`` as llama-server takes it: a whole number in [``low``, 2^31) (absent or null: 0, off)."""
+    value = data.get(name)
+    if value is None:
+        return 0
+    if not _is_int(value) or not low <= value < 2**31:
+        what = {"n_indent": "the spaces or tabs each line after the first needs; 0 = off",
+                "t_max_predict_ms": "milliseconds; 0 or -1 = off"}[name]
+        raise bad_request(f"{name} must be a whole number >= {low} ({what}), not {_clip(json.dumps(value))}.", name)
+    return int(value)
 
 
 def _extra(raw: Any) -> tuple[ExtraFile, ...]:
@@ -133,7 +150,9 @@ def timed(events: Iterator[StreamEvent], info: dict[str, Any]) -> Iterator[Strea
             close()
 
 
-STOP_TYPE = {"stop_token": "eos", "stop_string": "word", "length": "limit", "context_full": "limit"}
+# the engine's finish reasons -> llama-server's stop_type (its indentation and time stops are "limit" too)
+STOP_TYPE = {"stop_token": "eos", "stop_string": "word", "length": "limit", "context_full": "limit",
+             "indent": "limit", "time_limit": "limit"}
 
 
 class InfillShaper:
