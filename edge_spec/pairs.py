@@ -152,7 +152,7 @@ CODER = Pair(
     name="coder", title="the coder pair (Qwen2.5-Coder-1.5B-Instruct + Qwen2.5-Coder-0.5B-Instruct, Q4_K_M)",
     target=QWEN_CODER_1_5B, drafter=QWEN_CODER_0_5B,
     export_args=("--gguf-mode", "split", "--target-quant", "int4:4", "--drafter-quant", "int4:4", "--kv-dtype", "fp16"),
-    # 2026-11-29, 2-core AMD EPYC, idle: 9 min 10 s wall, peak RSS 3.89 GiB (docs/pairs.md)
-    export_time="about 9 minutes on 2 CPU cores and under 4 GiB of memory")
+    # 2026-11-29, 2-core AMD EPYC, idle: 8 min 2 s wall, peak RSS 3.83 GiB (docs/pairs.md)
+    export_time="about 8 minutes on 2 CPU cores and under 4 GiB of memory")
 
 PAIRS: dict[str, Pair] = {p.name: p for p in (DEMO, CODER)}

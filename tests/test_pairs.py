@@ -178,7 +178,7 @@ def test_coder_is_fetched_then_exported_once_with_its_export_args(fake_coder, tm
                                  "--kv-dtype", "fp16")
     assert paths["target"].read_bytes() == PAYLOAD and paths["drafter"].read_bytes() == PAYLOAD[::-1]
     assert set(paths) == {"target", "drafter"}  # no n-gram answers for the coder
-    assert any("about 9 minutes" in m and "4 GiB" in m for m in msgs), msgs
+    assert any("about 8 minutes" in m and "4 GiB" in m for m in msgs), msgs
     assert demo.resolve_bundle("coder") == out and len(exports) == 1  # cached: no second fetch or export
     (tmp_path / "coder").mkdir()
     assert demo.resolve_bundle("coder") == Path("coder")  # a user's own ./coder is never shadowed
