@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -28,22 +27,6 @@ from edge_spec.distill.sequence import load_sequences  # noqa: E402
 from edge_spec.distill.target import file_sha256, load_target  # noqa: E402
 from edge_spec.distill.train import TrainConfig  # noqa: E402
 from edge_spec.errors import EdgeSpecError  # noqa: E402
-
-DEMO_TOKENIZER = Path(__file__).resolve().parents[1] / "models" / "demo" / "target"
-
-
-@pytest.fixture(scope="module")
-def tiny_target(tmp_path_factory) -> Path:
-    """A 4-layer random Llama with the demo pair's tokenizer and chat template."""
-    out = tmp_path_factory.mktemp("tiny-target")
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copy(DEMO_TOKENIZER / name, out / name)
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=8192, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                                   tie_word_embeddings=True, eos_token_id=[1, 2], pad_token_id=0)
-    transformers.LlamaForCausalLM(cfg).save_pretrained(out)
-    return out
 
 
 def _config(target: Path, out: Path, steps: int = 4, **kw) -> DistillConfig:

@@ -35,7 +35,6 @@ from edge_spec.distill.eagle_train import EagleTrainConfig  # noqa: E402
 from edge_spec.distill.train import TrainConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO_TOKENIZER = ROOT / "models" / "demo" / "target"
 # The losses agree to ~1e-7 relative (float reduction order; fp16 features computed in other batches). Tried on
 # purpose: every rank on the first rank's part of the batch moved them by 2e-3 to 8e-2, gradients left unsummed (each
 # rank stepping on its own part) by 2e-3 to 1.4e-2 from the second step on.
@@ -68,20 +67,6 @@ DATA = {"batch": 6, "self_instruct": 6, "magpie": 6, "max_jobs": 9, "max_new_tok
 # a high rate from the first step: the curve moves, so a wrong gradient shows in a few steps
 TRAIN = {"steps": 6, "batch_seqs": 4, "eval_every": 2, "lr": 5e-3, "warmup": 1, "checkpoint_seconds": 0.0}
 EAGLE = {**TRAIN, "max_len": 48, "eval_batch": 4, "draft_vocab": 300}
-
-
-@pytest.fixture(scope="module")
-def tiny_target(tmp_path_factory) -> Path:
-    """A 4-layer random Llama with the demo pair's tokenizer and chat template (as tests/test_distill.py's)."""
-    out = tmp_path_factory.mktemp("tiny-target")
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copy(DEMO_TOKENIZER / name, out / name)
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=8192, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                                   tie_word_embeddings=True, eos_token_id=[1, 2], pad_token_id=0)
-    transformers.LlamaForCausalLM(cfg).save_pretrained(out)
-    return out
 
 
 def _run(target: Path, out: Path, kind: str, answers: Path | None = None, stop: str | None = None) -> dict:
