@@ -36,6 +36,8 @@ import os
 
 import onnxruntime as ort
 
+from edge_spec.runtime import kernels
+
 
 def session_options(threads: int = 0, spin: bool = False) -> ort.SessionOptions:
     """Options for one decoder session; ``threads=0`` lets ORT use all physical cores; ``spin`` lets idle pool
@@ -49,6 +51,8 @@ def session_options(threads: int = 0, spin: bool = False) -> ort.SessionOptions:
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.log_severity_level = 3
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    if kernels.available():  # edge-spec's K-quant ops, for graphs that use them (runtime/kernels.py)
+        kernels.register(so, [kernels.KQUANT])
     return so
 
 

@@ -326,6 +326,69 @@ void q6k_x8_rows(const BlockQ8* const* q8, int64_t nb, const uint8_t* w, int64_t
     }
 }
 
+// ------------------------------------------------------------------------------------------------ dequantization
+// ggml's dequantize_row_q4_K / _q6_K for one super-block, in their order of float operations (fp32, no fusion).
+void dequant_q4k_block(const uint8_t* b, float* y) {
+    const float d = fp16(b), dmin = fp16(b + 2);
+    const uint8_t* s = b + 4;
+    const uint8_t* q = b + 16;
+    for (int j = 0; j < 4; ++j, q += 32, y += 64) {  // sub-blocks 2j (low nibbles) and 2j + 1 (high nibbles)
+        float dl[2], ml[2];
+        for (int u = 0; u < 2; ++u) {  // ggml's get_scale_min_k4
+            const int k = 2 * j + u;
+            const int sc = k < 4 ? s[k] & 63 : (s[k + 4] & 0xF) | ((s[k - 4] >> 6) << 4);
+            const int mn = k < 4 ? s[k + 4] & 63 : (s[k + 4] >> 4) | ((s[k] >> 6) << 4);
+            dl[u] = d * static_cast<float>(sc);
+            ml[u] = dmin * static_cast<float>(mn);
+        }
+        for (int l = 0; l < 32; ++l) y[l] = dl[0] * static_cast<float>(q[l] & 0xF) - ml[0];
+        for (int l = 0; l < 32; ++l) y[32 + l] = dl[1] * static_cast<float>(q[l] >> 4) - ml[1];
+    }
+}
+
+void dequant_q6k_block(const uint8_t* b, float* y) {
+    const float d = fp16(b + 208);
+    const uint8_t* ql = b;
+    const uint8_t* qh = b + 128;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+    for (int h = 0; h < 2; ++h, ql += 64, qh += 32, sc += 8, y += 128) {
+        for (int l = 0; l < 32; ++l) {
+            const int is = l / 16;
+            const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+            const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+            const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+            y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
+            y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
+            y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
+            y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+        }
+    }
+}
+
+inline void copy4(uint8_t* dst, const uint8_t* src) { std::memcpy(dst, src, 4); }
+
+// Row r (0..7) of one interleaved super-block (kquant.h) back in the file's block layout.
+void unpack_q4k_x8(const uint8_t* b, int r, uint8_t* out) {
+    std::memcpy(out, b + 2 * r, 2);
+    std::memcpy(out + 2, b + 16 + 2 * r, 2);
+    for (int w = 0; w < 3; ++w) copy4(out + 4 + 4 * w, b + 32 + 32 * w + 4 * r);
+    for (int j = 0; j < 4; ++j)
+        for (int t = 0; t < 8; ++t) copy4(out + 16 + 32 * j + 4 * t, b + 128 + 256 * j + 32 * t + 4 * r);
+}
+
+void unpack_q6k_x8(const uint8_t* b, int r, uint8_t* out) {
+    std::memcpy(out + 208, b + 2 * r, 2);
+    for (int w = 0; w < 4; ++w) copy4(out + 192 + 4 * w, b + 16 + 32 * w + 4 * r);
+    for (int h = 0; h < 2; ++h)
+        for (int t = 0; t < 8; ++t) {
+            const uint8_t* v = b + 144 + 96 * (8 * h + t) + 4 * r;
+            copy4(out + 64 * h + 4 * t, v);
+            copy4(out + 64 * h + 32 + 4 * t, v + 32);
+            copy4(out + 128 + 32 * h + 4 * t, v + 64);
+        }
+}
+
 using X8Fn = void (*)(const BlockQ8* const*, int64_t, const uint8_t*, int64_t, int64_t, float* const*);
 
 using RowsFn = void (*)(const BlockQ8* const*, int64_t, const uint8_t*, int64_t, int64_t, int64_t, float* const*);
@@ -381,6 +444,31 @@ void quantize_row_q8(const float* x, BlockQ8* y, int64_t k) {
         }
         for (int j = 0; j < QK / 32; ++j) b.bsums32[j] = static_cast<int16_t>(b.bsums[2 * j] + b.bsums[2 * j + 1]);
         b.d = 1.0f / iscale;
+    }
+}
+
+void dequantize_row(int ggml_type, const uint8_t* w, int64_t nb, int64_t n, float* y) {
+    const int bb = block_bytes(ggml_type);
+    const uint8_t* row = w + n * nb * bb;
+    for (int64_t i = 0; i < nb; ++i, y += QK)
+        (ggml_type == GGML_Q4_K ? dequant_q4k_block : dequant_q6k_block)(row + i * bb, y);
+}
+
+void dequantize_row_x8(int ggml_type, const uint8_t* w, int64_t nb, int64_t n, float* y) {
+    const bool q4 = ggml_type == GGML_Q4_K;
+    const int64_t gb = q4 ? Q4_K_X8_BYTES : Q6_K_X8_BYTES;
+    const int64_t g = n / 8;
+    const int r = static_cast<int>(n % 8);
+    uint8_t blk[Q6_K_BYTES];
+    for (int64_t i = 0; i < nb; ++i, y += QK) {
+        const uint8_t* b = w + (g * nb + i) * gb;
+        if (q4) {
+            unpack_q4k_x8(b, r, blk);
+            dequant_q4k_block(blk, y);
+        } else {
+            unpack_q6k_x8(b, r, blk);
+            dequant_q6k_block(blk, y);
+        }
     }
 }
 

@@ -55,4 +55,12 @@ void gemm_rows(int ggml_type, const BlockQ8* q8, int64_t m, int64_t nb, const ui
 void gemm_rows_x8(int ggml_type, const BlockQ8* q8, int64_t m, int64_t nb, const uint8_t* w, int64_t n0,
                   int64_t n1, float* out, int64_t ldo);
 
+// Dequantization (the embedding's GgufGather): y[0 .. nb * 256) = row ``n`` of W in fp32, the same numbers as
+// ggml's dequantize_row_q4_K / _q6_K and gguf-py's gguf.quants.dequantize, bit for bit (their operation order:
+// Q4_K (d * sc) * q - (dmin * m), Q6_K (d * sc) * q; scalar code, built with -ffp-contract=off).
+// w: the whole tensor, rows in the file's order (row n at w + n * nb * block_bytes) ...
+void dequantize_row(int ggml_type, const uint8_t* w, int64_t nb, int64_t n, float* y);
+// ... or interleaved by 8 (the layouts above; N a multiple of 8).
+void dequantize_row_x8(int ggml_type, const uint8_t* w, int64_t nb, int64_t n, float* y);
+
 }  // namespace kquant

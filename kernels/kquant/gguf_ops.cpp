@@ -1,12 +1,17 @@
-// ONNX Runtime custom op edge_spec::GgufMatMul (CPU), registered by RegisterCustomOps when the library is loaded
-// with SessionOptions.register_custom_ops_library(path).
+// ONNX Runtime custom ops edge_spec::GgufMatMul and edge_spec::GgufGather (CPU), registered by RegisterCustomOps
+// when the library is loaded with SessionOptions.register_custom_ops_library(path).
 //
+// GgufMatMul
 //   inputs:  A float32 [..., K];  B uint8 [N, K / 256 * block_bytes]: the GGUF tensor's rows of super-blocks as
 //            stored in the file (Q4_K: 144 bytes per 256 values, Q6_K: 210)
 //   attr:    ggml_type (int): 12 = Q4_K, 14 = Q6_K
 //            interleave (int, optional): 0 = the file's row order (default), 8 = rows interleaved by 8
 //            (kquant.h: the same bytes reordered; N a multiple of 8)
 //   output:  Y float32 [..., N] = A @ W^T, W the dequantized tensor (A's rows quantized to int8 per 256 first)
+// GgufGather (an embedding lookup; the data first, as ONNX Gather)
+//   inputs:  B uint8 [N, row_bytes] as GgufMatMul's B (same attributes);  ids int64 [...], each in [0, N)
+//   output:  float32 [..., K], K = row_bytes / block_bytes * 256: rows ids of W dequantized exactly as ggml's
+//            dequantize_row_q4_K / _q6_K (and gguf-py) compute them
 //
 // Only the C API is used (onnxruntime_c_api.h, API version kApiVersion: any ONNX Runtime >= 1.17 serves it).
 #include <climits>
@@ -25,7 +30,18 @@ constexpr uint32_t kApiVersion = 17;  // KernelContext_ParallelFor arrived in 1.
 constexpr int64_t kRowsPerTask = 32;  // rows of W per parallel task
 const OrtApi* g_api = nullptr;
 
+enum class OpKind { kMatMul, kGather };
+
+// An OrtCustomOp with the op's identity (ONNX Runtime hands the registered pointer back to the callbacks).
+struct Op : OrtCustomOp {
+    OpKind kind;
+    const char* name;
+};
+
+const Op& op_of(const OrtCustomOp* op) { return *static_cast<const Op*>(op); }
+
 struct Kernel {
+    OpKind kind;
     int ggml_type;
     int interleave;
 };
@@ -71,8 +87,7 @@ OrtStatus* shape_of(const OrtValue* v, std::vector<int64_t>& dims) {
     return st;
 }
 
-OrtStatus* compute(void* op_kernel, OrtKernelContext* ctx) {
-    const Kernel& k = *static_cast<const Kernel*>(op_kernel);
+OrtStatus* compute_matmul(const Kernel& k, OrtKernelContext* ctx) {
     const OrtValue* a_val = nullptr;
     const OrtValue* b_val = nullptr;
     ORT_TRY(g_api->KernelContext_GetInput(ctx, 0, &a_val));
@@ -117,14 +132,82 @@ OrtStatus* compute(void* op_kernel, OrtKernelContext* ctx) {
     return g_api->KernelContext_ParallelFor(ctx, run_task, tasks, 0, &task);
 }
 
+// ------------------------------------------------------------------------------------------------ GgufGather
+constexpr int64_t kIdsPerTask = 8;  // embedding rows per parallel task
+
+struct GatherTask {
+    int ggml_type;
+    int interleave;
+    const uint8_t* w;
+    int64_t nb, count;
+    const int64_t* ids;
+    float* y;
+};
+
+void run_gather_task(void* data, size_t index) {
+    const GatherTask& t = *static_cast<const GatherTask*>(data);
+    const int64_t i0 = static_cast<int64_t>(index) * kIdsPerTask;
+    const int64_t i1 = i0 + kIdsPerTask < t.count ? i0 + kIdsPerTask : t.count;
+    const int64_t k = t.nb * kquant::QK;
+    for (int64_t i = i0; i < i1; ++i) {
+        if (t.interleave == 8)
+            kquant::dequantize_row_x8(t.ggml_type, t.w, t.nb, t.ids[i], t.y + i * k);
+        else
+            kquant::dequantize_row(t.ggml_type, t.w, t.nb, t.ids[i], t.y + i * k);
+    }
+}
+
+OrtStatus* compute_gather(const Kernel& k, OrtKernelContext* ctx) {
+    const OrtValue* b_val = nullptr;
+    const OrtValue* ids_val = nullptr;
+    ORT_TRY(g_api->KernelContext_GetInput(ctx, 0, &b_val));
+    ORT_TRY(g_api->KernelContext_GetInput(ctx, 1, &ids_val));
+    std::vector<int64_t> bd, id;
+    ORT_TRY(shape_of(b_val, bd));
+    ORT_TRY(shape_of(ids_val, id));
+    if (bd.size() != 2) return fail("GgufGather: B must be uint8 [N, bytes per row], the GGUF tensor's rows");
+    const int64_t n = bd[0], row_bytes = bd[1];
+    const int bb = kquant::block_bytes(k.ggml_type);
+    if (row_bytes <= 0 || row_bytes % bb != 0)
+        return fail("GgufGather: B has " + std::to_string(row_bytes) + " bytes per row, not a positive multiple of " +
+                    std::to_string(bb) + " (the super-block of ggml_type " + std::to_string(k.ggml_type) + ")");
+    if (k.interleave == 8 && n % 8 != 0)
+        return fail("GgufGather: interleave = 8 needs N a multiple of 8, not " + std::to_string(n));
+    const int64_t nb = row_bytes / bb;
+    int64_t count = 1;
+    for (int64_t d : id) count *= d;
+    void* b_ptr = nullptr;
+    void* ids_ptr = nullptr;
+    ORT_TRY(g_api->GetTensorMutableData(const_cast<OrtValue*>(b_val), &b_ptr));
+    ORT_TRY(g_api->GetTensorMutableData(const_cast<OrtValue*>(ids_val), &ids_ptr));
+    const int64_t* ids = static_cast<const int64_t*>(ids_ptr);
+    for (int64_t i = 0; i < count; ++i)
+        if (ids[i] < 0 || ids[i] >= n)
+            return fail("GgufGather: id " + std::to_string(ids[i]) + " is out of range: B has N = " +
+                        std::to_string(n) + " rows (ids must be in [0, " + std::to_string(n) + "))");
+
+    std::vector<int64_t> yd(id.begin(), id.end());
+    yd.push_back(nb * kquant::QK);
+    OrtValue* y_val = nullptr;
+    ORT_TRY(g_api->KernelContext_GetOutput(ctx, 0, yd.data(), yd.size(), &y_val));
+    void* y_ptr = nullptr;
+    ORT_TRY(g_api->GetTensorMutableData(y_val, &y_ptr));
+    if (count == 0) return nullptr;
+    GatherTask task{k.ggml_type, k.interleave, static_cast<const uint8_t*>(b_ptr), nb, count, ids,
+                    static_cast<float*>(y_ptr)};
+    const size_t tasks = static_cast<size_t>((count + kIdsPerTask - 1) / kIdsPerTask);
+    return g_api->KernelContext_ParallelFor(ctx, run_gather_task, tasks, 0, &task);
+}
+
 // ------------------------------------------------------------------------------------------------ OrtCustomOp
-OrtStatus* ORT_API_CALL create_kernel_v2(const OrtCustomOp*, const OrtApi* api, const OrtKernelInfo* info,
+OrtStatus* ORT_API_CALL create_kernel_v2(const OrtCustomOp* op, const OrtApi* api, const OrtKernelInfo* info,
                                          void** kernel) {
+    const Op& o = op_of(op);
     int64_t t = 0;
     ORT_TRY(api->KernelInfoGetAttribute_int64(info, "ggml_type", &t));
     if (kquant::block_bytes(static_cast<int>(t)) == 0)
         return api->CreateStatus(ORT_INVALID_ARGUMENT,
-                                 ("GgufMatMul: ggml_type " + std::to_string(t) +
+                                 (std::string(o.name) + ": ggml_type " + std::to_string(t) +
                                   " is not supported; use 12 (Q4_K) or 14 (Q6_K)").c_str());
     int64_t il = 0;
     if (OrtStatus* st = api->KernelInfoGetAttribute_int64(info, "interleave", &il)) {  // absent: file order
@@ -132,20 +215,25 @@ OrtStatus* ORT_API_CALL create_kernel_v2(const OrtCustomOp*, const OrtApi* api, 
         il = 0;
     }
     if (il != 0 && il != 8)
-        return api->CreateStatus(ORT_INVALID_ARGUMENT, ("GgufMatMul: interleave " + std::to_string(il) +
+        return api->CreateStatus(ORT_INVALID_ARGUMENT, (std::string(o.name) + ": interleave " + std::to_string(il) +
                                                         " is not supported; use 0 or 8").c_str());
-    *kernel = new (std::nothrow) Kernel{static_cast<int>(t), static_cast<int>(il)};
-    return *kernel ? nullptr : api->CreateStatus(ORT_FAIL, "GgufMatMul: out of memory");
+    *kernel = new (std::nothrow) Kernel{o.kind, static_cast<int>(t), static_cast<int>(il)};
+    return *kernel ? nullptr : api->CreateStatus(ORT_FAIL, (std::string(o.name) + ": out of memory").c_str());
 }
 
-OrtStatus* ORT_API_CALL compute_v2(void* kernel, OrtKernelContext* ctx) { return compute(kernel, ctx); }
+OrtStatus* ORT_API_CALL compute_v2(void* kernel, OrtKernelContext* ctx) {
+    const Kernel& k = *static_cast<const Kernel*>(kernel);
+    return k.kind == OpKind::kGather ? compute_gather(k, ctx) : compute_matmul(k, ctx);
+}
 
 void ORT_API_CALL destroy(void* kernel) { delete static_cast<Kernel*>(kernel); }
 
-const char* ORT_API_CALL op_name(const OrtCustomOp*) { return "GgufMatMul"; }
+const char* ORT_API_CALL op_name(const OrtCustomOp* op) { return op_of(op).name; }
 const char* ORT_API_CALL op_ep(const OrtCustomOp*) { return "CPUExecutionProvider"; }
-ONNXTensorElementDataType ORT_API_CALL in_type(const OrtCustomOp*, size_t i) {
-    return i == 0 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT : ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
+ONNXTensorElementDataType ORT_API_CALL in_type(const OrtCustomOp* op, size_t i) {
+    if (op_of(op).kind == OpKind::kGather)  // (B, ids)
+        return i == 0 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 : ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+    return i == 0 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT : ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;  // (A, B)
 }
 size_t ORT_API_CALL in_count(const OrtCustomOp*) { return 2; }
 ONNXTensorElementDataType ORT_API_CALL out_type(const OrtCustomOp*, size_t) { return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; }
@@ -158,9 +246,11 @@ int ORT_API_CALL one(const OrtCustomOp*) { return 1; }
 int ORT_API_CALL start_version(const OrtCustomOp*) { return 1; }
 int ORT_API_CALL end_version(const OrtCustomOp*) { return INT_MAX; }
 
-OrtCustomOp make_op() {
-    OrtCustomOp op;
-    std::memset(&op, 0, sizeof op);
+Op make_op(OpKind kind, const char* name) {
+    Op op;
+    std::memset(static_cast<OrtCustomOp*>(&op), 0, sizeof(OrtCustomOp));
+    op.kind = kind;
+    op.name = name;
     op.version = kApiVersion;
     op.GetName = op_name;
     op.GetExecutionProviderType = op_ep;
@@ -183,7 +273,8 @@ OrtCustomOp make_op() {
     return op;
 }
 
-OrtCustomOp g_op = make_op();
+Op g_matmul = make_op(OpKind::kMatMul, "GgufMatMul");
+Op g_gather = make_op(OpKind::kGather, "GgufGather");
 
 }  // namespace
 
@@ -192,14 +283,15 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     g_api = api_base->GetApi(kApiVersion);
     if (g_api == nullptr) {  // an ONNX Runtime older than 1.17; version 1 of the API can still say so
         const OrtApi* v1 = api_base->GetApi(1);
-        return v1 ? v1->CreateStatus(ORT_FAIL, "GgufMatMul needs ONNX Runtime 1.17 or later") : nullptr;
+        return v1 ? v1->CreateStatus(ORT_FAIL, "edge-spec's K-quant ops need ONNX Runtime 1.17 or later") : nullptr;
     }
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
-        return g_api->CreateStatus(ORT_FAIL, "GgufMatMul needs a CPU with AVX2, FMA and F16C");
+        return g_api->CreateStatus(ORT_FAIL, "edge-spec's K-quant ops need a CPU with AVX2, FMA and F16C");
     OrtCustomOpDomain* domain = nullptr;
     ORT_TRY(g_api->CreateCustomOpDomain("edge_spec", &domain));
     // The domain must outlive every session using it: it is kept for the life of the process.
-    ORT_TRY(g_api->CustomOpDomain_Add(domain, &g_op));
+    ORT_TRY(g_api->CustomOpDomain_Add(domain, &g_matmul));
+    ORT_TRY(g_api->CustomOpDomain_Add(domain, &g_gather));
     return g_api->AddCustomOpDomain(options, domain);
 }
