@@ -73,6 +73,10 @@ def pair_key(pair: Pair, paths: dict[str, Path]) -> str:
     committed drafter's files: names + bytes), the answers files (names + bytes) and the versions that shape the
     export. For the demo this is the formula of every earlier release, so existing demo caches stay valid."""
     h = hashlib.sha256(f"{__version__}/{SCHEMA_VERSION}/{pair.target.sha256}/{pair.export_args}".encode())
+    if "auto" in pair.export_args:  # --gguf-mode auto: what it picks here (a machine without the kernels: split)
+        from edge_spec.runtime import kernels
+
+        h.update(f"gguf-mode/{'kquant' if kernels.available() else 'split'}".encode())
     if isinstance(pair.drafter, ModelFile):
         h.update(f"drafter/{pair.drafter.filename}/{pair.drafter.sha256}".encode())
         files = []

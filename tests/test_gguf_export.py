@@ -66,14 +66,15 @@ def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_header(w: gguf.GGUFWriter, layers: int) -> None:
-    """The hyperparameters every tiny test GGUF shares (sizes from this module's constants)."""
+def write_header(w: gguf.GGUFWriter, layers: int, hidden: int = HIDDEN, ffn: int = FFN, heads: int = HEADS,
+                 kv_heads: int = KV_HEADS) -> None:
+    """The hyperparameters every tiny test GGUF shares (sizes from this module's constants unless given)."""
     w.add_block_count(layers)
     w.add_context_length(256)
-    w.add_embedding_length(HIDDEN)
-    w.add_feed_forward_length(FFN)
-    w.add_head_count(HEADS)
-    w.add_head_count_kv(KV_HEADS)
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
     w.add_layer_norm_rms_eps(1e-6)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from edge_spec.bundle import FimTokens, find_fim, manifest_from_json, read_manifest
+from edge_spec.bundle import SCHEMA_VERSION, FimTokens, find_fim, manifest_from_json, read_manifest
 from edge_spec.errors import BundleError, EdgeSpecError
 from edge_spec.runtime import fim
 from edge_spec.runtime import stops as fim_stops
@@ -90,7 +90,7 @@ def test_fim_tokens_from_gguf_metadata_then_token_text() -> None:
 
 def test_export_records_fim_tokens_and_the_manifest_round_trips(bundles: dict[str, Path], tmp_path: Path) -> None:
     m = read_manifest(bundles["fim"])
-    assert m.version == 10
+    assert m.version == SCHEMA_VERSION
     assert m.tokenizer.fim == FimTokens(PRE, SUF, MID, PAD, REPO, SEP, source="gguf")
     assert read_manifest(bundles["plain"]).tokenizer.fim is None
     data = json.loads((bundles["fim"] / "edge_spec.json").read_text())

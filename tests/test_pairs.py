@@ -167,19 +167,30 @@ def fake_coder(local_index, tmp_path, monkeypatch) -> tuple[Pair, list[tuple[Pai
     return pair, exports
 
 
-def test_coder_is_fetched_then_exported_once_with_its_export_args(fake_coder, tmp_path):
+def test_coder_is_fetched_then_exported_once_with_its_export_args(fake_coder, tmp_path, monkeypatch):
     pair, exports = fake_coder
     msgs: list[str] = []
     out = demo.resolve_bundle("coder", progress=msgs.append)
     assert out.parent == tmp_path / "home" and out.name.startswith("coder-") and (out / MANIFEST_NAME).is_file()
     [(used, paths, where)] = exports
     assert where == out and used.export_args == CODER.export_args
-    assert CODER.export_args == ("--gguf-mode", "split", "--target-quant", "int4:4", "--drafter-quant", "int4:4",
+    assert CODER.export_args == ("--gguf-mode", "auto", "--target-quant", "int4:4", "--drafter-quant", "int4:4",
                                  "--kv-dtype", "fp16")
     assert paths["target"].read_bytes() == PAYLOAD and paths["drafter"].read_bytes() == PAYLOAD[::-1]
     assert set(paths) == {"target", "drafter"}  # no n-gram answers for the coder
-    assert any("about 8 minutes" in m and "4 GiB" in m for m in msgs), msgs
+    assert any("about 6 minutes" in m and "4 GiB" in m for m in msgs), msgs
     assert demo.resolve_bundle("coder") == out and len(exports) == 1  # cached: no second fetch or export
+    # --gguf-mode auto: a machine where the K-quant kernels cannot run gets its own bundle (split), not this one
+    from edge_spec.runtime import kernels
+
+    here, ran = demo.pair_key(CODER, paths), kernels.available()
+    monkeypatch.setenv("EDGE_SPEC_KQUANT_LIB", "none")
+    kernels.kquant_library.cache_clear()
+    try:
+        assert (demo.pair_key(CODER, paths) != here) == ran
+    finally:
+        monkeypatch.delenv("EDGE_SPEC_KQUANT_LIB")
+        kernels.kquant_library.cache_clear()
     (tmp_path / "coder").mkdir()
     assert demo.resolve_bundle("coder") == Path("coder")  # a user's own ./coder is never shadowed
 

@@ -17,7 +17,7 @@ from typing import Any
 
 MANIFEST_NAME = "edge_spec.json"
 FORMAT = "edge-spec-bundle"
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 PRECISIONS = ("int4", "int8", "fp16", "fp32")
 NGRAM_ENTRY_BYTES = 12  # NgramSpec: an 8-byte n-gram hash + a 4-byte token id per entry
 GRAPH_FORMATS = ("onnx", "ort")  # ModelSpec.graph_format: an ONNX protobuf or an ORT-format flatbuffer
@@ -94,6 +94,9 @@ class ModelSpec:
     # ONNX Runtime Mobile loads (``edge-spec package``): graph optimizations applied, weights inside the file.
     # Absent (bundles before version 6): "onnx".
     graph_format: str = "onnx"
+    # Kernel libraries of edge-spec's own the graph needs besides ONNX Runtime (runtime/kernels.py):
+    # ["edge_spec.kquant"] for graphs exported with --gguf-mode kquant. Absent (before version 11): none.
+    custom_ops: list[str] = field(default_factory=list)
 
     @property
     def load_peak(self) -> int:

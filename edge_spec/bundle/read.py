@@ -119,6 +119,9 @@ def _check_model(spec: ModelSpec, where: str) -> None:
     if spec.kind == "eagle3" and layers is None:
         raise BundleError(f"The manifest's '{where}' is an eagle3 drafter without feature_layers; re-export the "
                           "bundle.")
+    if not isinstance(spec.custom_ops, list) or not all(isinstance(x, str) for x in spec.custom_ops):
+        raise BundleError(f"The manifest field '{where}.custom_ops' must be a list of kernel library names; "
+                          "re-export the bundle.")
     if not spec.workspace_bytes or min(spec.workspace_bytes) < 1 or min(spec.workspace_bytes.values()) < 0:
         raise BundleError(f"The manifest field '{where}.workspace_bytes' must map pass sizes >= 1 to byte counts "
                           ">= 0; re-export the bundle.")

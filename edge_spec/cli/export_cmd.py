@@ -58,10 +58,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--drafter-quant", metavar="PREC[:LEVEL]", help="drafter precision (overrides --quant)")
     p.add_argument("--lm-head", choices=("int8", "fp32"),
                    help="Hugging Face checkpoints: keep the LM head at int8 or fp32 under an int4/int8 body")
-    p.add_argument("--gguf-mode", choices=("split", "exact", "fast", "compact"), default="split",
-                   help="GGUF tensors: split = float-offset types (Q4_1, Q4_K, Q2_K, Q5_1, Q5_K) as exact d*q "
-                        "MatMulNBits + block sums times the block offsets (every weight equals the file's, fast "
-                        "kernels; default); exact = types ONNX Runtime only runs through slow fallbacks become fp32 "
+    p.add_argument("--gguf-mode", choices=("auto", "kquant", "split", "exact", "fast", "compact"), default="auto",
+                   help="GGUF tensors: kquant = Q4_K / Q6_K tensors keep the file's bytes and run on edge-spec's "
+                        "compiled K-quant kernels (the graph at the file's size; other types as split); auto = "
+                        "kquant where those kernels run here, else split (default); split = float-offset types "
+                        "(Q4_1, Q4_K, Q2_K, Q5_1, Q5_K) as exact d*q MatMulNBits + block sums times the block offsets "
+                        "(every weight equals the file's, fast "
+                        "kernels); exact = types ONNX Runtime only runs through slow fallbacks become fp32 "
                         "MatMuls of the exact values (the reference graph: with --target-quant int4:1 it matches "
                         "transformers fp32; ~4x larger, ~2x slower); fast = Q4_1/Q4_K/Q2_K as 8-bit integer zero "
                         "points (not exact); compact = MatMulNBits everywhere (smallest, slow float-zero-point "

@@ -84,6 +84,10 @@ class GraphWriter:
             self.inits.append(self._external(numpy_helper.from_array(np.ascontiguousarray(arr), name)))
         return name
 
+    def has(self, name: str) -> bool:
+        """Whether an initializer ``name`` was already written (a tied weight's second reader)."""
+        return name in self._names
+
     def add(self, inits: list[Any], nodes: list[Any]) -> None:
         """Initializers (TensorProto) and nodes made elsewhere, e.g. by :func:`gguf_quant.gather_onnx`."""
         for t in inits:
@@ -99,6 +103,14 @@ class GraphWriter:
         outs = outputs or [f"{name}/output_{i}" for i in range(n_out)]
         self.nodes.append(helper.make_node(op, inputs, outs, name=name, domain=domain or None, **attrs))
         return outs
+
+
+CUSTOM_DOMAIN = "edge_spec"  # the ops of edge-spec's own kernel library (kernels/kquant/)
+
+
+def custom_ops_of(proto: Any) -> list[str]:
+    """The kernel libraries an ONNX model needs (the manifest's ``custom_ops``): ["edge_spec.kquant"] or []."""
+    return ["edge_spec.kquant"] if any(o.domain == CUSTOM_DOMAIN for o in proto.opset_import) else []
 
 
 def save_graph(g: GraphWriter, n_layers: int, vocab_out: int, out_path: Path, kv: KVLayout,
@@ -122,9 +134,10 @@ def save_graph(g: GraphWriter, n_layers: int, vocab_out: int, out_path: Path, kv
         inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{kind}", kv_t, past) for i in range(n_layers)]
         outputs += [helper.make_tensor_value_info(f"present.{i}.{kind}", kv_t, pres) for i in range(n_layers)]
     graph = helper.make_graph(g.nodes, name, inputs, outputs, g.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
-                                                    helper.make_opsetid("com.microsoft", 1)],
-                              producer_name="edge-spec")
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+    if any(n.domain == CUSTOM_DOMAIN for n in g.nodes):  # edge-spec's own kernels (runtime/kernels.py)
+        opsets.append(helper.make_opsetid(CUSTOM_DOMAIN, 1))
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="edge-spec")
     model.ir_version = 10
     out_path.parent.mkdir(parents=True, exist_ok=True)
     if g.out_path != out_path:

@@ -21,6 +21,12 @@ anyone who runs the graph. The copy's keys/values land at the position after the
 position past the KV capacity, never committed: the next pass overwrites it). A 1-token step costs what
 a 2-token pass does: the runtime may put a free guess in that second row. :func:`batch_invariant_rows`
 then measures the result bit for bit, and the manifest records it.
+
+A graph whose every weight product is row-exact by itself (edge-spec's K-quant ops, ``--gguf-mode kquant``; 8-bit
+MatMulNBits at int8 activations; fp32 MatMul) needs the second row only where GroupQueryAttention runs: there the
+pass's q, k and v gain a copy of their row and the attention output keeps the first S rows, while the matmuls,
+norms and activations run on the one row (the padded pass of such a graph costs a 1-row pass plus the attention's
+second row, not two rows everywhere).
 """
 
 from __future__ import annotations
@@ -75,7 +81,28 @@ def pad_rows(graph: Path) -> bool:
     extra = node("Max", [node("Sub", [const("min_pass", [MIN_PASS]), rows], "short"), zero], "extra")  # [max(0, 2-S)]
     pads = node("Concat", [const("pads_head", [0, 0, 0]), extra], "pads", axis=0)  # [1, S] -> [1, S + extra]
     renamed: dict[str, str] = {}
+    attention_only = _all_row_exact(g, inits)
+    if attention_only:  # q, k, v of each attention gain the copy row; its output keeps the pass's rows
+        pads3 = node("Concat", [const("pads3_head", [0, 0, 0, 0]), extra, const("pads3_tail", [0])], "pads3", axis=0)
+        back_gqa: dict[str, tuple] = {}
+        for n in g.node:
+            if n.op_type != "GroupQueryAttention":
+                continue
+            pre = []
+            for j in range(3):
+                if j < len(n.input) and n.input[j]:
+                    x = n.input[j]
+                    padded = f"{_PADDED}{n.name}/in{j}/Pad"
+                    pre.append(helper.make_node("Pad", [x, pads3], [padded], name=padded, mode="edge"))
+                    n.input[j] = padded
+            full = f"{_PADDED}{n.name}/out0"
+            out0 = n.output[0]
+            n.output[0] = full
+            sl = f"{_PADDED}{n.name}/Slice"
+            back_gqa[n.name] = (pre, helper.make_node("Slice", [full, zero, rows, axis1], [out0], name=sl))
     for name, mode in (("input_ids", "edge"), ("position_ids", "edge"), ("attention_mask", "constant")):
+        if attention_only and name != "attention_mask":
+            continue
         if name in inputs:
             renamed[name] = node("Pad", [name, pads, *([one] if mode == "constant" else [])], f"{name}/Pad", mode=mode)
     for n in g.node:
@@ -87,7 +114,7 @@ def pad_rows(graph: Path) -> bool:
     before: dict[str, object] = {}  # node name -> a Slice that must run right before it
     back: list = []
     for name in ("logits", "hidden_states"):
-        if name not in outputs:
+        if name not in outputs or attention_only:
             continue
         n = producer[name]
         if name == "logits" and _row_exact(n, inits):  # drop the row before the LM head: it costs the most
@@ -109,13 +136,23 @@ def pad_rows(graph: Path) -> bool:
                     arr = numpy_helper.to_array(t, base_dir=str(graph.parent))
                     t.CopyFrom(numpy_helper.from_array(np.concatenate([arr, arr[-PAD_ROWS:]]), t.name))
                     extended.add(t.name)
-    nodes = front + [x for n in g.node for x in ((before[n.name], n) if n.name in before else (n,))]
+    if attention_only:
+        nodes = front + [x for n in g.node for x in ((*back_gqa[n.name][0], n, back_gqa[n.name][1])
+                                                      if n.name in back_gqa else (n,))]
+    else:
+        nodes = front + [x for n in g.node for x in ((before[n.name], n) if n.name in before else (n,))]
     del g.node[:]
     g.node.extend(nodes + back)
     tmp = graph.with_suffix(".onnx.tmp")
     onnx.save(model, str(tmp))
     tmp.replace(graph)
     return True
+
+
+def _all_row_exact(g, inits: dict) -> bool:
+    """Does every weight product of the graph compute row r from input row r alone, one-row passes included?"""
+    weighted = [n for n in g.node if n.op_type in ("MatMulNBits", "MatMul", "GgufMatMul", "Gemm")]
+    return bool(weighted) and all(n.op_type == "GgufMatMul" or _row_exact(n, inits) for n in weighted)
 
 
 def _row_exact(node, inits: dict) -> bool:

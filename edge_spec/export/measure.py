@@ -85,7 +85,7 @@ def gather_table_bytes(proto: Any, skip: set[str] | frozenset[str] = frozenset()
         ext = {e.key: e.value for e in t.external_data}
         if "length" in ext:
             sizes[t.name] = int(ext["length"])
-    names = {i for n in proto.graph.node if n.op_type in ("Gather", "GatherBlockQuantized")
+    names = {i for n in proto.graph.node if n.op_type in ("Gather", "GatherBlockQuantized", "GgufGather")
              for i in (n.input[0], *(n.input[2:3] if n.op_type == "GatherBlockQuantized" else ()))}
     return sum(sizes.get(name, 0) for name in names - set(skip))
 

@@ -48,6 +48,9 @@ def package_bundle(bundle: str | os.PathLike[str], out: str | os.PathLike[str], 
     if any(spec.graph_format != "onnx" for spec in specs.values()):
         raise ExportError(f"The bundle '{src}' already has ORT-format graphs; package the ONNX bundle it was made "
                           "from instead.")
+    if any(spec.custom_ops for spec in specs.values()):
+        raise ExportError(f"The bundle '{src}' runs on edge-spec's compiled K-quant kernels, which ONNX Runtime Mobile "
+                          "cannot load; export it again with --gguf-mode split and package that bundle.")
     if dest.resolve() == src.resolve():
         raise ExportError(f"--out '{dest}' is the bundle itself; choose a new directory (the ONNX bundle is kept).")
     tools = _converter()

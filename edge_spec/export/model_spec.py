@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edge_spec.bundle import ModelSpec, Quantization, SharedInitializer, kv_bytes_per_token
-from edge_spec.export import build, measure, own_build
+from edge_spec.export import build, graph_writer, measure, own_build
 
 if TYPE_CHECKING:
     from edge_spec.export.options import ExportOptions, Quant
@@ -81,5 +81,5 @@ def model_spec(root: Path, role: str, ckpt: build.Checkpoint, q: Quant, level: i
         workspace_bytes=dict(mem["workspace_bytes"]),
         input_names=inputs, output_names=outputs,
         genai_config=f"{role}/genai_config.json" if genai.is_file() else None,
-        tensors=tensors, **extra,
+        tensors=tensors, custom_ops=graph_writer.custom_ops_of(proto), **extra,
     )

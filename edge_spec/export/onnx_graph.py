@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from edge_spec.export import gguf_quant
-from edge_spec.export.graph_writer import GraphWriter, KVLayout, save_graph
-from edge_spec.export.weights import Weight, concat_rows, is_quant, is_split
+from edge_spec.export.graph_writer import CUSTOM_DOMAIN, GraphWriter, KVLayout, save_graph
+from edge_spec.export.weights import Weight, concat_rows, is_kquant, is_quant, is_split, n_rows
 
 
 @dataclass
@@ -140,9 +140,18 @@ def _split_linear(g: GraphWriter, x: str, w: Weight, name: str, level: int, outp
     return g.node("Add", [d, m], f"{name}/offsets/Add", outputs=outputs)[0]
 
 
+def _gguf_matmul(g: GraphWriter, x: str, w: Weight, name: str, init: str, outputs: list[str] | None = None) -> str:
+    """y = x @ W^T straight from a KQuantWeight's super-blocks (edge_spec::GgufMatMul, kernels/kquant/)."""
+    b = init if g.has(init) else g.init(init, w.graph_bytes())
+    return g.node("GgufMatMul", [x, b], name, domain=CUSTOM_DOMAIN, outputs=outputs, ggml_type=w.ggml_type,
+                  interleave=w.interleave)[0]
+
+
 def _linear(g: GraphWriter, x: str, w: Weight, name: str, level: int) -> str:
     """y = x @ W^T for W [N, K]: MatMulNBits for a QuantWeight, MatMulNBits + block offsets for a SplitWeight,
-    MatMul otherwise."""
+    GgufMatMul for a KQuantWeight, MatMul otherwise."""
+    if is_kquant(w):
+        return _gguf_matmul(g, x, w, f"{name}/GgufMatMul", f"{name}.gguf_blocks")
     if is_split(w):
         return _split_linear(g, x, w, name, level)
     if is_quant(w):
@@ -157,6 +166,10 @@ def _linear(g: GraphWriter, x: str, w: Weight, name: str, level: int) -> str:
 
 def _embedding(g: GraphWriter, dec: Decoder) -> str:
     e = dec.embed
+    if is_kquant(e):  # the file's Q4_K / Q6_K rows (a tied LM head reads the same initializer)
+        b = g.init("embed.gguf_blocks", e.graph_bytes())
+        return g.node("GgufGather", [b, "input_ids"], "/embed/GgufGather", domain=CUSTOM_DOMAIN,
+                      ggml_type=e.ggml_type, interleave=e.interleave)[0]
     if getattr(e, "op", None) == "GatherDecode":  # float-offset blocks (Q4_K, Q4_1, ...): fp32(q * s) - t in graph
         inits, nodes = gguf_quant.gather_onnx(e, "embed", "input_ids", "/embed/output_0")
         g.add(inits, nodes)
@@ -193,6 +206,9 @@ def _embedding(g: GraphWriter, dec: Decoder) -> str:
 
 def _lm_head(g: GraphWriter, x: str, dec: Decoder, level: int, out: str = "logits") -> str:
     w = dec.lm_head
+    if is_kquant(w):  # tied: the embedding's own initializer
+        init = "embed.gguf_blocks" if w is dec.embed else "lm_head.gguf_blocks"
+        return _gguf_matmul(g, x, w, "/lm_head/GgufMatMul", init, outputs=[out])
     if w is dec.embed and is_quant(w) and not hasattr(w, "op"):  # tied: the embedding's own blocks
         return g.node("MatMulNBits", [x, "embed.blocks", "embed.scales"], "/lm_head/MatMulNBits", outputs=[out],
                       domain="com.microsoft", K=w.k, N=w.n, bits=w.bits, block_size=w.block_size,
@@ -273,7 +289,8 @@ def _attention(g: GraphWriter, x: str, i: int, L: Layer, spec: GraphSpec, seqlen
 
 def _mlp(g: GraphWriter, x: str, i: int, L: Layer, spec: GraphSpec) -> str:
     p = f"/model/layers.{i}/mlp"
-    fused = concat_rows([L.gate, L.up]) if all(is_quant(w) or is_split(w) for w in (L.gate, L.up)) else None
+    fused = (concat_rows([L.gate, L.up]) if all(is_quant(w) or is_split(w) or is_kquant(w) for w in (L.gate, L.up))
+             else None)
     if fused is not None:  # one kernel launch instead of two; rows are independent, so this is exact
         gu = _linear(g, x, fused, f"{p}/gate_up_proj", spec.accuracy_level)
         n = g.init(f"{p}/gate_up_proj.split", np.array([L.gate.n, L.up.n], dtype=np.int64))
@@ -371,7 +388,7 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
         g.node("Mul", [g.node("Tanh", [z], "/softcap/Tanh")[0], cap], "/softcap/Mul", outputs=["logits"])
     else:
         _lm_head(g, x, dec, spec.accuracy_level)
-    vocab_out = dec.lm_head.n if is_quant(dec.lm_head) or is_split(dec.lm_head) else np.asarray(dec.lm_head).shape[0]
+    vocab_out = n_rows(dec.lm_head)
 
     extra_out = []
     if spec.feature_layers:

@@ -80,7 +80,9 @@ class ExportOptions:
     trust_remote_code: bool = False
     measure_memory: bool = True
     lm_head: str | None = None  # HF builder path: "int8" or "fp32" keeps the LM head above the body precision
-    gguf_mode: str = "split"  # split | exact | fast | compact: how GGUF tensors are encoded (own_build.Policy)
+    # auto | kquant | split | exact | fast | compact: how GGUF tensors are encoded (own_build.Policy); auto = kquant
+    # where edge-spec's K-quant kernels run (runtime/kernels.py), else split
+    gguf_mode: str = "auto"
     # KV cache of graphs edge-spec builds: "auto" (= OWN_KV_DTYPE, float16), float16 or float32; builder graphs: fp32
     kv_dtype: str = "auto"
     ngrams: tuple[Path, ...] = ()  # answers files of edge-spec distill: build a static n-gram draft table from them

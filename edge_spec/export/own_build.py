@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from edge_spec.errors import ExportError
-from edge_spec.export import arch_graph, gguf_quant, gguf_split
+from edge_spec.export import arch_graph, gguf_kquant, gguf_quant, gguf_split
 from edge_spec.export import gguf as gguf_src
 from edge_spec.export.onnx_graph import Decoder, GraphSpec, Layer, LazyLayers, build_decoder
-from edge_spec.export.weights import is_quant, is_split, take_rows, unpermute_qk
+from edge_spec.export.weights import is_kquant, is_quant, is_split, take_rows, unpermute_qk
 from edge_spec.fetch import checkpoint_sha256, file_sha256
 
 DRAFTER_KEY = "edge_spec_drafter"
@@ -89,6 +89,8 @@ def distilled_source(name: str, target: Source | None) -> Source:
 
 
 def weight_bytes(w: Any) -> int:
+    if is_kquant(w):
+        return int(w.data.nbytes)
     if is_split(w):
         return weight_bytes(w.base) + int(w.offsets.nbytes)
     if is_quant(w):
@@ -98,7 +100,7 @@ def weight_bytes(w: Any) -> int:
 
 def _entry(name: str, w: Any, gguf_type: str, op: str) -> dict[str, Any]:
     """One manifest ``tensors`` row: source type, operator, bits/block, exact, max |graph - source|."""
-    if is_quant(w) or is_split(w):
+    if is_quant(w) or is_split(w) or is_kquant(w):
         return {"name": name, "gguf_type": gguf_type, "onnx_op": op, "bits": int(w.bits),
                 "block": int(w.block_size), "exact": bool(w.exact), "max_abs_err": float(w.max_abs_err),
                 "bytes": weight_bytes(w)}
@@ -106,7 +108,7 @@ def _entry(name: str, w: Any, gguf_type: str, op: str) -> dict[str, Any]:
             "max_abs_err": 0.0, "bytes": weight_bytes(w)}
 
 
-MODES = ("exact", "split", "fast", "compact")
+MODES = ("exact", "split", "fast", "compact", "kquant")
 SPLIT_OP = "MatMulNBits+blocksum"  # manifest onnx_op of a SplitWeight
 
 
@@ -120,7 +122,9 @@ class Policy:
     for D = d*q plus a MatMul of the per-block sums of x with the block offsets M (both exact, fast kernels);
     otherwise as exact.
     fast: Q4_1/Q4_K/Q2_K as 8-bit integer zero points (not exact, error <= s/32); run it at accuracy_level 4.
-    compact: MatMulNBits everywhere, float zero points included (smallest; slow fallbacks on CPU)."""
+    compact: MatMulNBits everywhere, float zero points included (smallest; slow fallbacks on CPU).
+    kquant: Q4_K / Q6_K tensors keep the file's bytes and run on edge-spec's own kernels (GgufMatMul /
+    GgufGather, export/gguf_kquant.py; the runtime needs the compiled library); other types as split."""
 
     mode: str = "exact"
     accuracy_level: int = 1
@@ -128,6 +132,10 @@ class Policy:
 
 def _convert(t: Any, policy: Policy) -> tuple[Any, str]:
     """A GGUF linear tensor [N, K] -> (graph weight, operator name)."""
+    if policy.mode == "kquant":
+        if gguf_kquant.supports(t.tensor_type.name):
+            return gguf_kquant.from_gguf(t), "GgufMatMul"
+        policy = dataclasses.replace(policy, mode="split")
     if policy.mode == "split":
         w = gguf_split.split_from_gguf(t)
     else:
@@ -172,7 +180,11 @@ def _head_and_embedding(m: gguf_src.GGUFModel, report: list, kept: np.ndarray | 
     head, h_op = _convert(head_t, policy)
     tied = head_name == "token_embd.weight"
     embed: Any
-    if tied and is_quant(head) and head.bits == 8 and head.zero_points is None and head.exact:
+    if tied and is_kquant(head):
+        embed, op = head, "GgufGather (shares the LM head's blocks)"
+    elif policy.mode == "kquant" and gguf_kquant.supports(emb_t.tensor_type.name):
+        embed, op = gguf_kquant.from_gguf(emb_t), "GgufGather"
+    elif tied and is_quant(head) and head.bits == 8 and head.zero_points is None and head.exact:
         embed, op = head, "Gather+dequant (shares the LM head's blocks)"
     else:
         g = gguf_quant.gather_from_gguf(emb_t)

@@ -57,6 +57,7 @@ from edge_spec.export.options import (  # noqa: F401 - the export API's names, a
     own_kv_dtype,
 )
 from edge_spec.fetch import checkpoint_sha256  # noqa: F401 - the export API's name, as before
+from edge_spec.runtime import kernels
 
 Progress = Callable[[str], None]
 
@@ -74,6 +75,11 @@ def export_bundle(target: str, drafter: str | None, out: str | os.PathLike[str],
     opts = options or ExportOptions()
     say = progress or (lambda _msg: None)
     out = Path(out)
+    if opts.gguf_mode == "kquant" and not kernels.available():
+        raise ExportError(f"--gguf-mode kquant needs edge-spec's K-quant kernels, which cannot run here "
+                          f"({kernels.kquant_library()[1]}); use --gguf-mode split.")
+    if opts.gguf_mode == "auto":  # the file's own K-quant blocks on our kernels when they run here
+        opts = replace(opts, gguf_mode="kquant" if kernels.available() else "split")
     for role, q in (("target", opts.target_quant), ("drafter", opts.drafter_quant)):
         if q is not None:  # a drafter's default precision (int4 or int8) runs everywhere
             build.check_precision(q.precision, opts.execution_provider, role)
@@ -270,8 +276,10 @@ def _build_eagle(tmp: Path, src: own_build.Source, q: Quant, opts: ExportOptions
     bits = _own_bits(q, "drafter", src.name)
     with _timed(say, "build", f"drafter EAGLE-3 head -> {q.precision} + the target's embedding, accuracy_level "
                 f"{level}"):
+        # a head reads the target's embedding through ONNX Runtime's own ops (shared with the target's graph)
+        mode = "split" if opts.gguf_mode == "kquant" else opts.gguf_mode
         graph, ids = eagle_graph.build_eagle_role(src, tmp / "drafter", max_ctx, level, bits, opts.block_size,
-                                                  opts.gguf_mode, own_kv_dtype(opts))
+                                                  mode, own_kv_dtype(opts))
     say(f"[exact] drafter: {len(src.report) - 1} head tensors quantized to {q.precision} (drafts need not be "
         "exact, the target verifies them); the embedding is the target's")
     coverage, tokens = 0.0, 0

@@ -26,9 +26,21 @@ def is_split(w: Weight) -> bool:
 
 
 
+def is_kquant(w: Weight) -> bool:
+    """A gguf_kquant.KQuantWeight: the file's Q4_K / Q6_K rows, byte for byte (edge-spec's own kernels)."""
+    return hasattr(w, "ggml_type") and hasattr(w, "data")
+
+
+def n_rows(w: Weight) -> int:
+    """N, the output rows of any encoding."""
+    return w.n if is_quant(w) or is_split(w) or is_kquant(w) else int(np.asarray(w).shape[0])
+
+
 def take_rows(w: Weight, idx: np.ndarray) -> Weight:
     """Rows ``idx`` of a [N, K] weight (output channels); exact for quantized weights, blocks run along K."""
     idx = np.asarray(idx, dtype=np.int64)
+    if is_kquant(w):
+        return dataclasses.replace(w, n=len(idx), data=np.ascontiguousarray(w.data[idx]))
     if is_split(w):
         return dataclasses.replace(w, base=take_rows(w.base, idx), offsets=np.ascontiguousarray(w.offsets[idx]))
     if not is_quant(w):
@@ -43,7 +55,7 @@ def take_rows(w: Weight, idx: np.ndarray) -> Weight:
 
 def unpermute_qk(w: Weight, n_heads: int) -> Weight:
     """Undo llama.cpp's q/k row permutation (interleaved-rope order -> HF's half-split order)."""
-    n = w.n if is_quant(w) or is_split(w) else w.shape[0]
+    n = n_rows(w)
     idx = np.arange(n).reshape(n_heads, n // n_heads // 2, 2).transpose(0, 2, 1).reshape(-1)
     return take_rows(w, idx)
 
@@ -56,6 +68,10 @@ def unpermute_vec(b: np.ndarray, n_heads: int) -> np.ndarray:
 def concat_rows(ws: list[Weight]) -> Weight | None:
     """Stack weights along N (q, k, v -> qkv; pieces of one tensor, :func:`by_rows`) when they share one encoding;
     None when they do not."""
+    if any(is_kquant(w) for w in ws):
+        if not all(is_kquant(w) for w in ws) or len({(w.ggml_type, w.k) for w in ws}) != 1:
+            return None
+        return dataclasses.replace(ws[0], n=sum(w.n for w in ws), data=np.concatenate([w.data for w in ws]))
     if any(is_split(w) for w in ws):
         base = concat_rows([w.base for w in ws]) if all(is_split(w) for w in ws) else None
         if base is None:

@@ -17,6 +17,7 @@ import onnxruntime as ort
 
 from edge_spec.bundle import Manifest, ModelSpec, SharedInitializer
 from edge_spec.errors import BundleError, EdgeSpecError
+from edge_spec.runtime import kernels
 from edge_spec.runtime.kv import KVCache
 from edge_spec.runtime.options import session_options
 from edge_spec.runtime.providers import Device
@@ -62,6 +63,11 @@ class ModelSession:
             raise BundleError(f"Unsupported io_dtype '{spec.quantization.io_dtype}' / kv_dtype "
                               f"'{spec.quantization.kv_cache_dtype}' in the manifest; re-export with float32 or "
                               "float16.")
+        for lib in spec.custom_ops:  # say why before ONNX Runtime says "no kernel for GgufMatMul"
+            if not kernels.available(lib):
+                why = kernels.kquant_library()[1] if lib == kernels.KQUANT else "this edge-spec does not have it"
+                raise BundleError(f"The graph '{graph}' uses edge-spec's K-quant kernels, which cannot run here "
+                                  f"({why}); re-export the bundle with --gguf-mode split to use ONNX Runtime's own.")
         options = session_options(threads, spin)
         if spec.graph_format == "ort":  # say so rather than rely on the file name (ORT guesses from ".ort")
             options.add_session_config_entry("session.load_model_format", "ORT")

@@ -1,0 +1,198 @@
+"""--gguf-mode kquant: a GGUF's Q4_K / Q6_K tensors go into the graph byte for byte and run on edge-spec's own
+kernels (edge_spec::GgufMatMul / GgufGather, kernels/kquant/). A tiny random qwen2 with the coder pair's mix of
+types (Q4_K layers, Q6_K attention V and FFN down, a tied Q6_K embedding; a drafter with an untied Q4_K embedding
+and a Q6_K output) exports at the file's size, follows transformers on the same file, and decodes losslessly:
+greedy speculative == greedy with no drafter == a plain ONNX Runtime loop over the target graph."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from kquant_blocks import kquant_expected, random_kquant
+from test_gguf_export import _vocab, finish, write_header, write_tokenizer
+
+from edge_spec.bundle import read_manifest
+from edge_spec.errors import BundleError
+from edge_spec.export.measure import Decoder
+from edge_spec.export.pipeline import ExportOptions, Quant, export_bundle
+from edge_spec.runtime import kernels
+
+gguf = pytest.importorskip("gguf")
+Q = gguf.GGMLQuantizationType
+HIDDEN, FFN, HEADS, KV_HEADS, HEAD = 256, 512, 4, 2, 64
+
+pytestmark = pytest.mark.skipif(not kernels.available() and not kquant_expected(),
+                                reason=f"edge-spec's K-quant kernels do not run here ({kernels.kquant_library()[1]})")
+
+
+def write_kquant_gguf(path: Path, layers: int, seed: int, tied: bool) -> Path:
+    """A random qwen2 decoder as GGUF with Q4_K_M's tensor types (hidden 256: K-quants need K % 256 == 0)."""
+    tokens, merges = _vocab()
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), "qwen2")
+    write_header(w, layers, HIDDEN, FFN, HEADS, KV_HEADS)
+    w.add_rope_freq_base(10000.0)
+    write_tokenizer(w, tokens, merges)
+
+    def kq(name: str, type_name: str, n: int, k: int, std: float = 0.08) -> None:
+        w.add_tensor(name, random_kquant(rng, type_name, n, k, std), raw_dtype=getattr(Q, type_name))
+
+    if tied:
+        kq("token_embd.weight", "Q6_K", len(tokens), HIDDEN, 0.5)
+    else:
+        kq("token_embd.weight", "Q4_K", len(tokens), HIDDEN, 0.5)
+        kq("output.weight", "Q6_K", len(tokens), HIDDEN, 0.5)
+    w.add_tensor("output_norm.weight", (1 + 0.1 * rng.standard_normal(HIDDEN)).astype(np.float32))
+    for i in range(layers):
+        b = f"blk.{i}."
+        w.add_tensor(b + "attn_norm.weight", (1 + 0.1 * rng.standard_normal(HIDDEN)).astype(np.float32))
+        w.add_tensor(b + "ffn_norm.weight", (1 + 0.1 * rng.standard_normal(HIDDEN)).astype(np.float32))
+        kq(b + "attn_q.weight", "Q4_K", HEADS * HEAD, HIDDEN)
+        kq(b + "attn_k.weight", "Q4_K", KV_HEADS * HEAD, HIDDEN)
+        kq(b + "attn_v.weight", "Q6_K" if i % 2 == 0 else "Q4_K", KV_HEADS * HEAD, HIDDEN)
+        for nm, n in (("q", HEADS * HEAD), ("k", KV_HEADS * HEAD), ("v", KV_HEADS * HEAD)):
+            w.add_tensor(f"{b}attn_{nm}.bias", rng.normal(0, 0.1, n).astype(np.float32))
+        kq(b + "attn_output.weight", "Q4_K", HIDDEN, HEADS * HEAD)
+        kq(b + "ffn_gate.weight", "Q4_K", FFN, HIDDEN)
+        kq(b + "ffn_up.weight", "Q4_K", FFN, HIDDEN)
+        kq(b + "ffn_down.weight", "Q6_K" if i % 2 == 0 else "Q4_K", HIDDEN, FFN)
+    finish(w)
+    return path
+
+
+@pytest.fixture(scope="module")
+def kquant_bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("kquant")
+    target = write_kquant_gguf(root / "target.gguf", 2, seed=1, tied=True)
+    drafter = write_kquant_gguf(root / "drafter.gguf", 1, seed=2, tied=False)
+    prompts = root / "prompts.txt"
+    prompts.write_text("chat:hello world\nchat:what is the capital of the world\ndef hello():\\n\n", encoding="utf-8")
+    out = root / "bundle"
+    opts = ExportOptions(trim_vocab=120, calibration=prompts, max_context=128, measure_memory=False,
+                         target_quant=Quant("int4", 4), drafter_quant=Quant("int4", 4), gguf_mode="kquant")
+    export_bundle(str(target), str(drafter), out, opts, progress=None)
+    return target, out
+
+
+@pytest.mark.slow
+def test_kquant_graph_carries_the_files_bytes(kquant_bundle: tuple[Path, Path]) -> None:
+    import onnx
+
+    target, out = kquant_bundle
+    m = read_manifest(out)
+    assert m.target.custom_ops == ["edge_spec.kquant"] and m.drafter.custom_ops == ["edge_spec.kquant"]
+    rows = {t["name"]: t for t in m.target.tensors}
+    reader = gguf.GGUFReader(str(target))
+    for t in reader.tensors:
+        if t.tensor_type.name in ("Q4_K", "Q6_K"):
+            row = rows[t.name]
+            assert row["onnx_op"].startswith("Gguf") and row["exact"] and row["bytes"] == t.n_bytes, t.name
+    assert rows["token_embd.weight"]["onnx_op"] == "GgufGather (shares the LM head's blocks)"
+    g = onnx.load(str(out / m.target.graph), load_external_data=False).graph
+    ops = [n.op_type for n in g.node]
+    assert "MatMulNBits" not in ops and ops.count("GgufGather") == 1
+    # layer 0: q, k, v apart (v is Q6_K), o, gate|up fused, down; layer 1: q|k|v fused (all Q4_K), o, gate|up, down;
+    # then the LM head on the embedding's bytes
+    assert ops.count("GgufMatMul") == 6 + 4 + 1
+    head = next(n for n in g.node if n.name == "/lm_head/GgufMatMul")
+    assert head.input[1] == "embed.gguf_blocks"
+    # every product row-exact: a 1-token pass gets its second row only around the attention (export/invariance.py),
+    # and the measured result is still a 1-token step equal to its row of any verify pass
+    names = {n.name for n in g.node}
+    assert "/rowpad/input_ids/Pad" not in names and "/rowpad/attention_mask/Pad" in names
+    assert sum(n.op_type == "Pad" and "GroupQueryAttention" in n.name for n in g.node) == 3 + 1  # q, k, v; qkv
+    assert m.target.batch_invariant_rows == 1 and m.target.pad_rows == 1
+    file_bytes = sum(int(t.n_bytes) for t in reader.tensors)
+    assert m.target.weight_bytes < 1.15 * file_bytes  # the graph at the file's size (norms, rope caches besides)
+    d_rows = {t["name"]: t for t in m.drafter.tensors}
+    assert d_rows["token_embd.weight"]["onnx_op"] == "GgufGather"
+    assert d_rows["output.weight (LM head)"]["onnx_op"] == "GgufMatMul (VocabTrim rows)"
+
+
+@pytest.mark.slow
+def test_kquant_graph_follows_transformers_on_the_same_file(kquant_bundle: tuple[Path, Path]) -> None:
+    """The op rounds activations to int8 per 256 as llama.cpp does: close to transformers fp32, not equal (measured on
+    this file: rms 2.7e-2 of the logits' rms; split at accuracy level 4, int8 per block of 32: 1.7e-2; split at level 1,
+    fp32 activations: 1.2e-6)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    target, out = kquant_bundle
+    m = read_manifest(out)
+    ids = [1, 60, 61, 300, 5, 100, 250, 2, 7, 9, 11, 40]
+    ours = Decoder(out / m.target.graph, 64, m.target.head_size).forward(ids, 0)
+    model = AutoModelForCausalLM.from_pretrained(str(target.parent), gguf_file=target.name, dtype=torch.float32)
+    with torch.no_grad():
+        ref = model(torch.tensor([ids])).logits[0].numpy()
+    assert ours.shape == ref.shape
+    rel = np.sqrt(((ours - ref) ** 2).mean() / (ref ** 2).mean())
+    assert rel < 4e-2, rel
+    assert (ours.argmax(-1) == ref.argmax(-1)).mean() >= 0.9
+
+
+@pytest.mark.slow
+def test_kquant_bundle_decodes_losslessly(kquant_bundle: tuple[Path, Path]) -> None:
+    """Greedy speculative == greedy with no drafter == a plain ONNX Runtime loop over the target graph."""
+    from test_gguf_export import assert_greedy_sd_equals_ar
+
+    from edge_spec.runtime.engine import Engine
+
+    _, out = kquant_bundle
+    engine = Engine.load(out, max_context=128)
+    assert_greedy_sd_equals_ar(engine, 24)
+    m = read_manifest(out)
+    prompt = [1, 60, 61, 300, 5, 100, 250, 7, 9]
+    plain = Engine.load(out, drafting="none", max_context=128).generate(
+        prompt, {"max_new_tokens": 16, "stop_token_ids": ()}).token_ids
+    dec = Decoder(out / m.target.graph, 128, m.target.head_size)
+    ids, logits = list(prompt), dec.forward(list(prompt), 0)
+    for _ in range(16):
+        ids.append(int(logits[-1].argmax()))
+        logits = dec.forward([ids[-1]], len(ids) - 1)
+    assert ids[len(prompt):] == list(plain)
+
+
+def test_kquant_bundle_without_the_kernels_says_so(kquant_bundle: tuple[Path, Path],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from edge_spec.runtime.engine import Engine
+
+    _, out = kquant_bundle
+    monkeypatch.setenv("EDGE_SPEC_KQUANT_LIB", "none")
+    kernels.kquant_library.cache_clear()
+    try:
+        with pytest.raises(BundleError, match="K-quant kernels, which cannot run here.*--gguf-mode split"):
+            Engine.load(out, max_context=128)
+    finally:
+        monkeypatch.delenv("EDGE_SPEC_KQUANT_LIB")
+        kernels.kquant_library.cache_clear()
+
+
+def test_auto_mode_falls_back_to_onnx_runtimes_kernels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the K-quant library cannot run, --gguf-mode auto writes the split encoding (no custom ops) and an explicit
+    kquant is one sentence; a kquant bundle cannot be packaged for ONNX Runtime Mobile."""
+    from edge_spec.errors import ExportError
+    from edge_spec.export.mobile import package_bundle
+
+    target = write_kquant_gguf(tmp_path / "t.gguf", 1, seed=3, tied=True)
+    monkeypatch.setenv("EDGE_SPEC_KQUANT_LIB", "none")
+    kernels.kquant_library.cache_clear()
+    try:
+        opts = ExportOptions(trim_vocab=None, max_context=64, measure_memory=False, gguf_mode="auto")
+        export_bundle(str(target), None, tmp_path / "auto", opts, progress=None)
+        m = read_manifest(tmp_path / "auto")
+        assert m.target.custom_ops == []
+        assert {t["onnx_op"] for t in m.target.tensors if t["gguf_type"] == "Q4_K"} == {"MatMulNBits+blocksum"}
+        with pytest.raises(ExportError, match="--gguf-mode kquant needs edge-spec's K-quant kernels.*split"):
+            export_bundle(str(target), None, tmp_path / "kq", ExportOptions(gguf_mode="kquant"), progress=None)
+        assert not (tmp_path / "kq").exists()
+    finally:
+        monkeypatch.delenv("EDGE_SPEC_KQUANT_LIB")
+        kernels.kquant_library.cache_clear()
+    if kernels.available():
+        opts = ExportOptions(trim_vocab=None, max_context=64, measure_memory=False, gguf_mode="auto")
+        export_bundle(str(target), None, tmp_path / "kquant", opts, progress=None)
+        assert read_manifest(tmp_path / "kquant").target.custom_ops == ["edge_spec.kquant"]
+        with pytest.raises(ExportError, match="ONNX Runtime Mobile cannot load.*--gguf-mode split"):
+            package_bundle(tmp_path / "kquant", tmp_path / "mobile")
