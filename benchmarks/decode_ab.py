@@ -156,35 +156,46 @@ def summary(rows: list[dict[str, float]]) -> dict[str, float]:
 
 
 def run_threads(bundle: Path, gguf: Path, prompts: list[list[int]], threads: int, tokens: int,
-                rounds: int) -> dict[str, Any]:
-    """Both systems at ``threads`` threads, alternating on every prompt; per-round and overall medians."""
+                rounds: int, baseline: Path | None = None) -> dict[str, Any]:
+    """The systems at ``threads`` threads, alternating on every prompt (the order rotated each round); per-round and
+    overall medians. ``baseline``: a second bundle of the same target (e.g. another ``--gguf-mode``) in the same
+    rotation, row ``edge_spec_baseline``."""
     from benchmarks.lib import llamacpp
     from edge_spec import Engine
 
-    engine = Engine.load(bundle, drafting="none", max_context=4096, threads=threads)
-    edge: list[dict[str, float]] = []
-    llama: list[dict[str, float]] = []
+    engines = {"edge_spec": Engine.load(bundle, drafting="none", max_context=4096, threads=threads)}
+    if baseline is not None:
+        engines["edge_spec_baseline"] = Engine.load(baseline, drafting="none", max_context=4096, threads=threads)
+    rows: dict[str, list[dict[str, float]]] = {name: [] for name in [*engines, "llama_cpp"]}
     per_round = []
     with llamacpp.LlamaServer(gguf, threads=threads, context=4096) as server:
-        llama_request(server, prompts[0], 8)  # warm-up, both
-        edge_request(engine, prompts[0], 8)
+        systems = [(name, edge_request, e) for name, e in engines.items()] + [("llama_cpp", llama_request, server)]
+        for _, fn, system in systems:  # warm-up, all
+            fn(system, prompts[0], 8)
         for r in range(rounds):
-            e0, l0 = len(edge), len(llama)
+            start = {name: len(v) for name, v in rows.items()}
+            order = systems[r % len(systems):] + systems[:r % len(systems)]
             for ids in prompts:
-                pair = [(edge, edge_request, engine), (llama, llama_request, server)]
-                for rows, fn, system in (pair if r % 2 == 0 else pair[::-1]):
-                    rows.append(fn(system, ids, tokens))
-            rs = {"edge_spec": summary(edge[e0:]), "llama_cpp": summary(llama[l0:])}
+                for name, fn, system in order:
+                    rows[name].append(fn(system, ids, tokens))
+            rs = {name: summary(v[start[name]:]) for name, v in rows.items()}
             per_round.append(rs)
             print(f"threads {threads} round {r + 1}: {json.dumps(rs)}", flush=True)
-    del engine
-    out = {"edge_spec": summary(edge), "llama_cpp": summary(llama), "rounds": per_round}
-    e, ll = out["edge_spec"], out["llama_cpp"]
-    out["llama_over_edge"] = {
-        "decode": round(ll["decode_ms_per_token"] / e["decode_ms_per_token"], 3),
-        "prefill": round(ll["prefill_ms"] / e["prefill_ms"], 3),
-        "whole": round(e["whole_tok_s"] / ll["whole_tok_s"], 3)}
+    engines.clear()
+    out: dict[str, Any] = {name: summary(v) for name, v in rows.items()}
+    out["rounds"] = per_round
+    ll = out["llama_cpp"]
+    for name in engines_names(baseline):
+        e = out[name]
+        key = "llama_over_edge" + ("" if name == "edge_spec" else "_baseline")
+        out[key] = {"decode": round(ll["decode_ms_per_token"] / e["decode_ms_per_token"], 3),
+                    "prefill": round(ll["prefill_ms"] / e["prefill_ms"], 3),
+                    "whole": round(e["whole_tok_s"] / ll["whole_tok_s"], 3)}
     return out
+
+
+def engines_names(baseline: Path | None) -> list[str]:
+    return ["edge_spec"] + (["edge_spec_baseline"] if baseline is not None else [])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=6, help="the first N chat prompts (vs_llamacpp.py's default)")
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--baseline", type=Path, help="a second bundle of the same target, alternating with the others "
+                    "(e.g. exported with another --gguf-mode)")
     ap.add_argument("--kernels", action="store_true", help="also time the 4-bit matmuls alone (see above)")
     ap.add_argument("--kernel-depth", type=int, default=128)
     ap.add_argument("--kernel-repeats", type=int, default=100)
@@ -211,13 +224,15 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("llama.cpp is not built; run benchmarks/build_llamacpp.sh or set LLAMA_CPP_BIN.")
     bundle = resolve_bundle(args.bundle)
     prompts = prompt_ids(bundle, list(CHAT_PROMPTS[:args.prompts]))
-    result: dict[str, Any] = {"bundle": str(bundle), "gguf": str(args.gguf), "prompts": args.prompts,
+    result: dict[str, Any] = {"bundle": str(bundle), "baseline": str(args.baseline or ""), "gguf": str(args.gguf),
+                              "prompts": args.prompts,
                               "prompt_tokens": [len(p) for p in prompts], "tokens": args.tokens,
                               "rounds": args.rounds, "date": time.strftime("%Y-%m-%d"),
                               "python": platform.python_version(), "onnxruntime": onnxruntime.__version__,
                               "runs": {}}
     for threads in args.threads:
-        result["runs"][str(threads)] = run_threads(bundle, args.gguf, prompts, threads, args.tokens, args.rounds)
+        result["runs"][str(threads)] = run_threads(bundle, args.gguf, prompts, threads, args.tokens, args.rounds,
+                                                   args.baseline)
         if args.kernels:
             result["runs"][str(threads)]["kernels"] = kernel_times(bundle, threads, args.kernel_depth,
                                                                    args.kernel_repeats)
@@ -226,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         lo, hi = str(min(args.threads)), str(max(args.threads))
         result["decode_gain_more_threads"] = {
             name: round(result["runs"][lo][name]["decode_ms_per_token"]
-                        / result["runs"][hi][name]["decode_ms_per_token"], 3) for name in ("edge_spec", "llama_cpp")}
+                        / result["runs"][hi][name]["decode_ms_per_token"], 3)
+            for name in [*engines_names(args.baseline), "llama_cpp"]}
         if args.kernels:
             result["kernel_gain_more_threads"] = {
                 part: round(result["runs"][lo]["kernels"][part] / result["runs"][hi]["kernels"][part], 3)

@@ -47,14 +47,17 @@ def _profiled_options(prefix: str):
 def node_kinds(graph: Path) -> dict[str, str]:
     """node name -> what it is, for the per-kind profile: matmuls by weight encoding (MatMulNBits bits / block:
     in a GGUF coder graph 4-bit/32 = Q4_K's codes, 8-bit/16 = Q6_K; their fp32 block-offset MatMuls = Q4_K's
-    mins), the LM head, the embedding lookup, attention, norms, and the rest."""
+    mins; GgufMatMul by GGUF type under --gguf-mode kquant), the LM head, the embedding lookup, attention, norms,
+    and the rest."""
     import onnx
 
     out = {}
     for n in onnx.load(str(graph), load_external_data=False).graph.node:
         a = {x.name: x.i for x in n.attribute}
-        if n.name.startswith("/lm_head") and n.op_type == "MatMulNBits":
+        if n.name.startswith("/lm_head") and n.op_type in ("MatMulNBits", "GgufMatMul"):
             kind = "LM head"
+        elif n.op_type == "GgufMatMul":  # --gguf-mode kquant: the file's blocks on edge-spec's kernels
+            kind = f"GgufMatMul {({12: 'Q4_K', 14: 'Q6_K'}).get(a.get('ggml_type'), a.get('ggml_type'))}"
         elif n.op_type == "MatMulNBits":
             kind = f"MatMulNBits {a.get('bits')}-bit block {a.get('block_size')}"
         elif n.op_type == "MatMul":

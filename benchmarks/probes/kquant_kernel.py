@@ -65,24 +65,10 @@ def _model(nodes: list, inits: list, k: int, outs: list[tuple[str, int]]) -> byt
 
 
 def interleave8(data: np.ndarray, type_name: str) -> np.ndarray:
-    """Q4_K / Q6_K rows [N, nb * bytes] -> the same bytes interleaved by 8 rows (kernels/kquant/kquant.h)."""
-    n, row = data.shape
-    g, per = n // 8, {"Q4_K": 144, "Q6_K": 210}[type_name]
-    nb = row // per
-    b = data.reshape(g, 8, nb, per).transpose(0, 2, 1, 3)  # [group, block, row, bytes]
-    if type_name == "Q4_K":
-        parts = [b[..., 0:2], b[..., 2:4],  # d, dmin: [g, i, row, 2]
-                 b[..., 4:16].reshape(g, nb, 8, 3, 4).transpose(0, 1, 3, 2, 4),  # scale words [g, i, word, row, 4]
-                 b[..., 16:].reshape(g, nb, 8, 4, 8, 4).transpose(0, 1, 3, 4, 2, 5)]  # qs [g, i, j, t, row, 4]
-    else:
-        ql = b[..., :128].reshape(g, nb, 8, 2, 2, 8, 4)  # [g, i, row, h, half, t, 4]
-        qh = b[..., 128:192].reshape(g, nb, 8, 2, 8, 4)  # [g, i, row, h, t, 4]
-        q = np.stack([ql[:, :, :, :, 0], ql[:, :, :, :, 1], qh], axis=4)  # [g, i, row, h, part, t, 4]
-        parts = [b[..., 208:210],  # d
-                 b[..., 192:208].reshape(g, nb, 8, 4, 4).transpose(0, 1, 3, 2, 4),  # scale words [g, i, word, row, 4]
-                 q.transpose(0, 1, 3, 5, 4, 2, 6)]  # [g, i, h, t, part, row, 4]
-    flat = [np.ascontiguousarray(p).reshape(g, nb, -1) for p in parts]
-    return np.ascontiguousarray(np.concatenate(flat, axis=-1)).reshape(n, row)
+    """Q4_K / Q6_K rows [N, nb * bytes] -> the same bytes interleaved by 8 rows, as the exporter writes them."""
+    from edge_spec.export.gguf_kquant import interleave8 as by_type
+
+    return by_type(data, GGML_TYPE[type_name])
 
 
 def custom_model(ts: list, interleave: int = 0) -> bytes:
@@ -123,10 +109,12 @@ def today_model(ts: list) -> tuple[bytes, list[str]]:
 def session(model: bytes, threads: int, lib: Path) -> object:
     import onnxruntime as ort
 
+    from edge_spec.runtime import kernels
     from edge_spec.runtime.options import session_options
 
-    so = session_options(threads=threads, spin=threads > 1)
-    so.register_custom_ops_library(str(lib))
+    so = session_options(threads=threads, spin=threads > 1)  # registers the pip-built library when there is one
+    if not kernels.available():
+        so.register_custom_ops_library(str(lib))
     return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
 
 
@@ -251,7 +239,9 @@ def llama_bench(gguf: Path, threads: int) -> dict | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gguf", type=Path, default=GGUF)
-    ap.add_argument("--lib", type=Path, default=LIB, help="the built custom-op library (kernels/kquant/build.sh)")
+    ap.add_argument("--lib", type=Path, default=LIB,
+                    help="the custom-op library built by kernels/kquant/build.sh, when pip did not build it "
+                    "(edge_spec/runtime/kernels.py)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 3, 5])
     ap.add_argument("--repeats", type=int, default=15)
