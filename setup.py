@@ -2,7 +2,7 @@
 
 Everything else is in pyproject.toml. The library is a plain shared object (no Python C API) that ONNX Runtime
 loads with ``register_custom_ops_library``; it is built on x86-64 only, and *optional*: without a C++ compiler
-the install goes on without it and exports use ONNX Runtime's own kernels (edge_spec/runtime/kernels.py).
+the install goes on without it and exports use ONNX Runtime's own kernels (edge_spec/kernels.py).
 """
 
 import platform
@@ -13,7 +13,7 @@ SRC = "kernels/kquant"
 ext_modules = []
 if platform.machine().lower() in ("x86_64", "amd64"):
     ext_modules.append(Extension(
-        "edge_spec.runtime._kquant",
+        "edge_spec._kquant",
         sources=[f"{SRC}/kquant.cpp", f"{SRC}/gguf_ops.cpp"],
         include_dirs=[SRC, f"{SRC}/include"],  # include/: ONNX Runtime's C API headers (MIT), vendored
         language="c++",

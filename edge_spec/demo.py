@@ -74,7 +74,7 @@ def pair_key(pair: Pair, paths: dict[str, Path]) -> str:
     export. For the demo this is the formula of every earlier release, so existing demo caches stay valid."""
     h = hashlib.sha256(f"{__version__}/{SCHEMA_VERSION}/{pair.target.sha256}/{pair.export_args}".encode())
     if "auto" in pair.export_args:  # --gguf-mode auto: what it picks here (a machine without the kernels: split)
-        from edge_spec.runtime import kernels
+        from edge_spec import kernels
 
         h.update(f"gguf-mode/{'kquant' if kernels.available() else 'split'}".encode())
     if isinstance(pair.drafter, ModelFile):

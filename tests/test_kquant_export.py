@@ -13,11 +13,11 @@ import pytest
 from kquant_blocks import kquant_expected, random_kquant
 from test_gguf_export import _vocab, finish, write_header, write_tokenizer
 
+from edge_spec import kernels
 from edge_spec.bundle import read_manifest
 from edge_spec.errors import BundleError
 from edge_spec.export.measure import Decoder
 from edge_spec.export.pipeline import ExportOptions, Quant, export_bundle
-from edge_spec.runtime import kernels
 
 gguf = pytest.importorskip("gguf")
 Q = gguf.GGMLQuantizationType

@@ -4,7 +4,7 @@ GgufGather against gguf-py's dequantization bit for bit; GgufMatMul against floa
 emulation of llama.cpp's Q8_K activation rounding; M rows == M x 1 row, 1 thread == 2 threads, interleave 0 vs 8;
 bad attributes, bytes per row and ids give errors, not crashes; ``kernels.register``.
 
-The library comes from ``edge_spec.runtime.kernels.kquant_library()`` (``EDGE_SPEC_KQUANT_LIB=/path`` for a build
+The library comes from ``edge_spec.kernels.kquant_library()`` (``EDGE_SPEC_KQUANT_LIB=/path`` for a build
 of ``kernels/kquant/build.sh``). Without it the tests fail where pip builds it (Linux x86-64 with AVX2, FMA and
 F16C: a missing build there is a defect) unless ``EDGE_SPEC_KQUANT_LIB=none`` asks for that, and skip elsewhere.
 """
@@ -21,8 +21,8 @@ from gguf.quants import dequantize
 from kquant_blocks import kquant_expected
 from onnx import TensorProto, helper
 
+from edge_spec import kernels
 from edge_spec.export.gguf_kquant import interleave8
-from edge_spec.runtime import kernels
 
 Q4_K, Q6_K = 12, 14
 BLOCK_BYTES = {Q4_K: 144, Q6_K: 210}

@@ -181,7 +181,7 @@ def test_coder_is_fetched_then_exported_once_with_its_export_args(fake_coder, tm
     assert any("about 6 minutes" in m and "4 GiB" in m for m in msgs), msgs
     assert demo.resolve_bundle("coder") == out and len(exports) == 1  # cached: no second fetch or export
     # --gguf-mode auto: a machine where the K-quant kernels cannot run gets its own bundle (split), not this one
-    from edge_spec.runtime import kernels
+    from edge_spec import kernels
 
     here, ran = demo.pair_key(CODER, paths), kernels.available()
     monkeypatch.setenv("EDGE_SPEC_KQUANT_LIB", "none")

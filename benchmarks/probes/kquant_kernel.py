@@ -109,7 +109,7 @@ def today_model(ts: list) -> tuple[bytes, list[str]]:
 def session(model: bytes, threads: int, lib: Path) -> object:
     import onnxruntime as ort
 
-    from edge_spec.runtime import kernels
+    from edge_spec import kernels
     from edge_spec.runtime.options import session_options
 
     so = session_options(threads=threads, spin=threads > 1)  # registers the pip-built library when there is one
@@ -241,7 +241,7 @@ def main() -> None:
     ap.add_argument("--gguf", type=Path, default=GGUF)
     ap.add_argument("--lib", type=Path, default=LIB,
                     help="the custom-op library built by kernels/kquant/build.sh, when pip did not build it "
-                    "(edge_spec/runtime/kernels.py)")
+                    "(edge_spec/kernels.py)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 3, 5])
     ap.add_argument("--repeats", type=int, default=15)

@@ -94,7 +94,7 @@ class ModelSpec:
     # ONNX Runtime Mobile loads (``edge-spec package``): graph optimizations applied, weights inside the file.
     # Absent (bundles before version 6): "onnx".
     graph_format: str = "onnx"
-    # Kernel libraries of edge-spec's own the graph needs besides ONNX Runtime (runtime/kernels.py):
+    # Kernel libraries of edge-spec's own the graph needs besides ONNX Runtime (edge_spec/kernels.py):
     # ["edge_spec.kquant"] for graphs exported with --gguf-mode kquant. Absent (before version 11): none.
     custom_ops: list[str] = field(default_factory=list)
 

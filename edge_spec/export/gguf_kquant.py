@@ -2,7 +2,7 @@
 
 ``--gguf-mode kquant`` (docs/export.md): a Q4_K or Q6_K linear weight keeps the file's super-blocks and runs
 through the custom op ``edge_spec::GgufMatMul`` (kernels/kquant/; the runtime registers the library,
-edge_spec/runtime/kernels.py); a K-quant embedding is read by ``edge_spec::GgufGather`` from the same bytes (a
+edge_spec/kernels.py); a K-quant embedding is read by ``edge_spec::GgufGather`` from the same bytes (a
 tied LM head shares them). Rows are reordered (VocabTrim, llama.cpp's q/k permutation, q|k|v and gate|up
 stacking) on the file's rows; when the graph is written, a tensor whose row count is a multiple of 8 is
 interleaved by 8 rows (:func:`interleave8`, a permutation of its bytes: one 256-bit load then holds 8 rows'

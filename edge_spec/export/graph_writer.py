@@ -135,7 +135,7 @@ def save_graph(g: GraphWriter, n_layers: int, vocab_out: int, out_path: Path, kv
         outputs += [helper.make_tensor_value_info(f"present.{i}.{kind}", kv_t, pres) for i in range(n_layers)]
     graph = helper.make_graph(g.nodes, name, inputs, outputs, g.inits)
     opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
-    if any(n.domain == CUSTOM_DOMAIN for n in g.nodes):  # edge-spec's own kernels (runtime/kernels.py)
+    if any(n.domain == CUSTOM_DOMAIN for n in g.nodes):  # edge-spec's own kernels (edge_spec/kernels.py)
         opsets.append(helper.make_opsetid(CUSTOM_DOMAIN, 1))
     model = helper.make_model(graph, opset_imports=opsets, producer_name="edge-spec")
     model.ir_version = 10

@@ -81,7 +81,7 @@ class ExportOptions:
     measure_memory: bool = True
     lm_head: str | None = None  # HF builder path: "int8" or "fp32" keeps the LM head above the body precision
     # auto | kquant | split | exact | fast | compact: how GGUF tensors are encoded (own_build.Policy); auto = kquant
-    # where edge-spec's K-quant kernels run (runtime/kernels.py), else split
+    # where edge-spec's K-quant kernels run (edge_spec/kernels.py), else split
     gguf_mode: str = "auto"
     # KV cache of graphs edge-spec builds: "auto" (= OWN_KV_DTYPE, float16), float16 or float32; builder graphs: fp32
     kv_dtype: str = "auto"

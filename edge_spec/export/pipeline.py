@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_spec import __version__
+from edge_spec import __version__, kernels
 from edge_spec.bundle import (
     Manifest,
     SourceModel,
@@ -57,7 +57,6 @@ from edge_spec.export.options import (  # noqa: F401 - the export API's names, a
     own_kv_dtype,
 )
 from edge_spec.fetch import checkpoint_sha256  # noqa: F401 - the export API's name, as before
-from edge_spec.runtime import kernels
 
 Progress = Callable[[str], None]
 

@@ -36,7 +36,7 @@ import os
 
 import onnxruntime as ort
 
-from edge_spec.runtime import kernels
+from edge_spec import kernels
 
 
 def session_options(threads: int = 0, spin: bool = False) -> ort.SessionOptions:
@@ -51,7 +51,7 @@ def session_options(threads: int = 0, spin: bool = False) -> ort.SessionOptions:
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.log_severity_level = 3
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-    if kernels.available():  # edge-spec's K-quant ops, for graphs that use them (runtime/kernels.py)
+    if kernels.available():  # edge-spec's K-quant ops, for graphs that use them (edge_spec/kernels.py)
         kernels.register(so, [kernels.KQUANT])
     return so
 

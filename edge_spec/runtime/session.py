@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from edge_spec import kernels
 from edge_spec.bundle import Manifest, ModelSpec, SharedInitializer
 from edge_spec.errors import BundleError, EdgeSpecError
-from edge_spec.runtime import kernels
 from edge_spec.runtime.kv import KVCache
 from edge_spec.runtime.options import session_options
 from edge_spec.runtime.providers import Device

@@ -1,6 +1,6 @@
 """edge-spec's own ONNX Runtime kernels: finding the compiled library and registering it with a session.
 
-The K-quant library (``kernels/kquant/``, built by pip into ``edge_spec/runtime/_kquant*.so`` when a C++
+The K-quant library (``kernels/kquant/``, built by pip into ``edge_spec/_kquant*.so`` when a C++
 compiler is at hand on x86-64) adds the custom ops ``edge_spec::GgufMatMul`` (``y = x @ W^T`` straight from a
 GGUF's Q4_K / Q6_K super-blocks) and ``edge_spec::GgufGather`` (embedding rows from them). A graph that uses them
 says so in its manifest (``ModelSpec.custom_ops``); graphs without them never need the library.
