@@ -45,13 +45,17 @@ _NP = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
 class PlainORT:
     """The bundle's target graph run by plain ONNX Runtime: no IO binding, no shared buffers, the present KV it
-    returns fed back as the next past (cut to the valid length) — what any app running the graph alone does."""
+    returns fed back as the next past (cut to the valid length) — what any app running the graph alone does (with
+    edge-spec's K-quant library registered when the manifest lists it in ``custom_ops``)."""
 
     def __init__(self, graph: Path, spec: ModelSpec, threads: int = 0) -> None:
         import onnxruntime as ort
 
+        from edge_spec import kernels
+
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads
+        kernels.register(so, spec.custom_ops)  # a kquant graph's ops: ONNX Runtime plus edge-spec's kernel library
         self.session = ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
         self.spec = spec
         self.past = [i for i in self.session.get_inputs() if i.name.startswith("past_key_values.")]
