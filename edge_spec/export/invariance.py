@@ -22,8 +22,9 @@ position past the KV capacity, never committed: the next pass overwrites it). A 
 a 2-token pass does: the runtime may put a free guess in that second row. :func:`batch_invariant_rows`
 then measures the result bit for bit, and the manifest records it.
 
-A graph whose every weight product is row-exact by itself (edge-spec's K-quant ops, ``--gguf-mode kquant``; 8-bit
-MatMulNBits at int8 activations; fp32 MatMul) needs the second row only where GroupQueryAttention runs: there the
+A K-quant graph of edge-spec's own (``--gguf-mode kquant``) whose every weight product is row-exact by itself (the
+K-quant ops; 8-bit MatMulNBits at int8 activations; fp32 MatMul) needs the second row only where
+GroupQueryAttention runs: there the
 pass's q, k and v gain a copy of their row and the attention output keeps the first S rows, while the matmuls,
 norms and activations run on the one row (the padded pass of such a graph costs a 1-row pass plus the attention's
 second row, not two rows everywhere).
@@ -150,9 +151,11 @@ def pad_rows(graph: Path) -> bool:
 
 
 def _all_row_exact(g, inits: dict) -> bool:
-    """Does every weight product of the graph compute row r from input row r alone, one-row passes included?"""
+    """Is this one of edge-spec's K-quant graphs (the interface this rewrite knows: the mask feeds only the
+    attention) whose every weight product computes row r from input row r alone, one-row passes included?"""
     weighted = [n for n in g.node if n.op_type in ("MatMulNBits", "MatMul", "GgufMatMul", "Gemm")]
-    return bool(weighted) and all(n.op_type == "GgufMatMul" or _row_exact(n, inits) for n in weighted)
+    return (any(n.op_type == "GgufMatMul" for n in weighted)
+            and all(n.op_type == "GgufMatMul" or _row_exact(n, inits) for n in weighted))
 
 
 def _row_exact(node, inits: dict) -> bool:
