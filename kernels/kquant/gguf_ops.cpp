@@ -87,14 +87,18 @@ OrtStatus* shape_of(const OrtValue* v, std::vector<int64_t>& dims) {
     return st;
 }
 
+// Input ``i`` of the kernel call and its shape.
+OrtStatus* input(OrtKernelContext* ctx, size_t i, const OrtValue** value, std::vector<int64_t>& dims) {
+    ORT_TRY(g_api->KernelContext_GetInput(ctx, i, value));
+    return shape_of(*value, dims);
+}
+
 OrtStatus* compute_matmul(const Kernel& k, OrtKernelContext* ctx) {
     const OrtValue* a_val = nullptr;
     const OrtValue* b_val = nullptr;
-    ORT_TRY(g_api->KernelContext_GetInput(ctx, 0, &a_val));
-    ORT_TRY(g_api->KernelContext_GetInput(ctx, 1, &b_val));
     std::vector<int64_t> ad, bd;
-    ORT_TRY(shape_of(a_val, ad));
-    ORT_TRY(shape_of(b_val, bd));
+    ORT_TRY(input(ctx, 0, &a_val, ad));
+    ORT_TRY(input(ctx, 1, &b_val, bd));
     if (ad.empty()) return fail("GgufMatMul: A must have at least one dimension [..., K]");
     if (bd.size() != 2) return fail("GgufMatMul: B must be uint8 [N, bytes per row], the GGUF tensor's rows");
     const int64_t kdim = ad.back(), n = bd[0], row_bytes = bd[1];
@@ -160,11 +164,9 @@ void run_gather_task(void* data, size_t index) {
 OrtStatus* compute_gather(const Kernel& k, OrtKernelContext* ctx) {
     const OrtValue* b_val = nullptr;
     const OrtValue* ids_val = nullptr;
-    ORT_TRY(g_api->KernelContext_GetInput(ctx, 0, &b_val));
-    ORT_TRY(g_api->KernelContext_GetInput(ctx, 1, &ids_val));
     std::vector<int64_t> bd, id;
-    ORT_TRY(shape_of(b_val, bd));
-    ORT_TRY(shape_of(ids_val, id));
+    ORT_TRY(input(ctx, 0, &b_val, bd));
+    ORT_TRY(input(ctx, 1, &ids_val, id));
     if (bd.size() != 2) return fail("GgufGather: B must be uint8 [N, bytes per row], the GGUF tensor's rows");
     const int64_t n = bd[0], row_bytes = bd[1];
     const int bb = kquant::block_bytes(k.ggml_type);
