@@ -154,6 +154,29 @@ def test_kquant_bundle_decodes_losslessly(kquant_bundle: tuple[Path, Path]) -> N
     assert ids[len(prompt):] == list(plain)
 
 
+def test_prefill_skips_the_lm_head_of_rows_it_does_not_need(kquant_bundle: tuple[Path, Path]) -> None:
+    """logits_to_keep: a pass asked for its last K rows returns exactly those rows of an all-rows pass, bit for bit;
+    1-row passes (which the graph pads at its attention) and K >= the pass keep every row."""
+    from edge_spec.runtime.session import ModelSession
+
+    _, out = kquant_bundle
+    m = read_manifest(out)
+    ids = np.array([1, 60, 61, 300, 5, 100, 250, 7, 9, 11, 40, 77], dtype=np.int64)
+
+    def session() -> ModelSession:
+        return ModelSession(out / m.target.graph, m.target, capacity=64, max_rows=16)
+
+    full_s, kept_s = session(), session()
+    assert kept_s.skips_logits
+    for a, b, keep in ((0, 9, 1), (9, 10, 1), (10, 12, 2)):  # a prefill chunk, a 1-row step, keep = the pass
+        full = np.array(full_s.forward(ids[a:b]))
+        kept = np.array(kept_s.forward(ids[a:b], keep=keep))
+        assert kept.shape == (keep, m.target.vocab_size)
+        assert np.array_equal(kept, full[-len(kept):])
+    after = [np.array(s.forward(np.array([3], dtype=np.int64))) for s in (full_s, kept_s)]
+    assert np.array_equal(*after)  # the KV the kept passes wrote is the all-rows passes' KV
+
+
 def test_kquant_bundle_without_the_kernels_says_so(kquant_bundle: tuple[Path, Path],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from edge_spec.runtime.engine import Engine

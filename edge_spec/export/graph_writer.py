@@ -128,7 +128,9 @@ def save_graph(g: GraphWriter, n_layers: int, vocab_out: int, out_path: Path, kv
     inputs = [helper.make_tensor_value_info("input_ids", i64, ["batch_size", "sequence_length"]),
               helper.make_tensor_value_info("attention_mask", i64, ["batch_size", "total_sequence_length"]),
               *(extra_inputs or [])]
-    outputs = [helper.make_tensor_value_info("logits", f32, ["batch_size", "sequence_length", vocab_out]),
+    keeps = any(i.name == "logits_to_keep" for i in extra_inputs or [])  # fewer logits rows than input rows
+    rows = "logits_sequence_length" if keeps else "sequence_length"
+    outputs = [helper.make_tensor_value_info("logits", f32, ["batch_size", rows, vocab_out]),
                *(extra_outputs or [])]
     for kind in ("key", "value"):
         inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{kind}", kv_t, past) for i in range(n_layers)]

@@ -204,6 +204,36 @@ def _embedding(g: GraphWriter, dec: Decoder) -> str:
     return g.node("Gather", [g.init("embed.weight", arr.astype(np.float32)), "input_ids"], "/embed/Gather")[0]
 
 
+LOGITS_TO_KEEP = "logits_to_keep"  # optional graph input [1] int64: logits of the last K rows only; 0 = all
+
+
+def _rows_alone(w: Weight, level: int) -> bool:
+    """Does the LM head compute each output row from its input row alone, bit for bit whatever the row count?
+    GgufMatMul (kernels/kquant), 8-bit MatMulNBits with int8 activations and fp32 MatMul of a constant do (export/
+    invariance.py's _row_exact, measured); 4-bit MatMulNBits and the split form's MatMulNBits + offsets need not."""
+    if is_kquant(w):
+        return True
+    if is_split(w):
+        return False
+    if is_quant(w):
+        return w.bits == 8 and level == 4
+    return True
+
+
+def _keep_rows(g: GraphWriter, x: str) -> str:
+    """The final norm's output [1, S, H] -> its last ``logits_to_keep`` rows [1, K, H] (0, the default: all S).
+
+    ``logits_to_keep`` is a graph input with a default initializer (ONNX IR >= 4: overridable), so a caller that
+    never binds it gets every row, as before; a prefill pass binds 1 and skips the LM head for the other rows
+    (transformers' ``logits_to_keep``; llama.cpp computes only the logits a batch asks for). Each row of the LM
+    head depends on its own input row only (:func:`_rows_alone`; graphs whose head does not lack the input), so
+    the logits kept are those an all-rows pass computes, bit for bit."""
+    keep = g.init(LOGITS_TO_KEEP, np.array([0], dtype=np.int64))
+    start = g.node("Neg", [keep], "/keep/Neg")[0]
+    end = g.init("/keep/end", np.array([np.iinfo(np.int64).max], dtype=np.int64))
+    return g.node("Slice", [x, start, end, g.init("/keep/axis", np.array([1], dtype=np.int64))], "/keep/Slice")[0]
+
+
 def _lm_head(g: GraphWriter, x: str, dec: Decoder, level: int, out: str = "logits") -> str:
     w = dec.lm_head
     if is_kquant(w):  # tied: the embedding's own initializer
@@ -382,6 +412,9 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
                                                "/model/norm", n_out=4, domain="com.microsoft", epsilon=eps)
     if spec.feature_layers:
         _features(g, [streams[j] for j in spec.feature_layers])
+    keeps = _rows_alone(dec.lm_head, spec.accuracy_level)
+    if keeps:
+        x = _keep_rows(g, x)
     if spec.final_softcap > 0:  # Gemma 2: logits = cap * tanh(logits / cap), in the order transformers uses
         cap = g.init("final_softcap", np.array(spec.final_softcap, dtype=np.float32))
         z = g.node("Div", [_lm_head(g, x, dec, spec.accuracy_level, out="/lm_head/output"), cap], "/softcap/Div")[0]
@@ -391,8 +424,10 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
     vocab_out = n_rows(dec.lm_head)
 
     extra_out = []
+    keep_in = [helper.make_tensor_value_info(LOGITS_TO_KEEP, TensorProto.INT64, [1])] if keeps else []
     if spec.feature_layers:
         extra_out.append(helper.make_tensor_value_info(
             "hidden_states", TensorProto.FLOAT16, ["batch_size", "sequence_length",
                                                    spec.hidden * len(spec.feature_layers)]))
-    return save_graph(g, len(dec.layers), int(vocab_out), out_path, kv_layout(spec), extra_outputs=extra_out)
+    return save_graph(g, len(dec.layers), int(vocab_out), out_path, kv_layout(spec), extra_inputs=keep_in,
+                      extra_outputs=extra_out)

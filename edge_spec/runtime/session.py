@@ -23,6 +23,7 @@ from edge_spec.runtime.options import session_options
 from edge_spec.runtime.providers import Device
 
 _DTYPES = {"float32": np.float32, "float16": np.float16}
+KEEP = "logits_to_keep"  # export/onnx_graph.py's optional input: logits of the pass's last K rows (0 = all)
 
 
 class ModelSession:
@@ -91,6 +92,12 @@ class ModelSession:
             if name not in graph_inputs:
                 raise BundleError(f"The graph '{graph}' has no input '{name}' named in the manifest; re-export it.")
         check_graph(self.session, spec, graph)
+        # logits_to_keep (graphs edge-spec builds): an overridable input, so a pass may skip the LM head's other rows
+        overridable = {i.name for i in self.session.get_overridable_initializers()}
+        self._keep_name = KEEP if KEEP in overridable | graph_inputs else None
+        self.skips_logits = self._keep_name is not None
+        self._keep = np.zeros(1, dtype=np.int64)  # [1]: 0 = logits of every row
+        self._keep_ptr = self._keep.ctypes.data
 
         # KV in the manifest's kv dtype (fp16 halves it; the graph casts around GroupQueryAttention), logits in io_dtype
         self.kv = KVCache(spec.num_layers, spec.num_kv_heads, spec.head_size, capacity, kv_dtype, scratch=pad)
@@ -203,8 +210,11 @@ class ModelSession:
     def capacity(self) -> int:
         return self.kv.capacity
 
-    def forward(self, tokens: Sequence[int] | np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
-        """``features`` (EAGLE-3 drafter only): [k, feature_dim] float16, the target's features at the k rows;
+    def forward(self, tokens: Sequence[int] | np.ndarray, features: np.ndarray | None = None,
+                keep: int = 0) -> np.ndarray:
+        """Returns [k, vocab], or with ``keep`` in [1, k) on a graph that ``skips_logits``: [keep, vocab], the logits
+        of the pass's last ``keep`` rows only (the same numbers; the LM head skips the others — prefill chunks).
+        ``features`` (EAGLE-3 drafter only): [k, feature_dim] float16, the target's features at the k rows;
         None = one draft step that reads this session's own last output (``hidden``) instead."""
         k = len(tokens)
         n = self.kv.length
@@ -223,11 +233,18 @@ class ModelSession:
             # longer passes): in a context of the bundle's full length the last position runs unpadded
             rows = max(k, min(self.min_rows, self.spec.max_context - n))
             self.ids[0, k:rows] = self.ids[0, k - 1]
+        # only where no row was padded in (a padded pass keeps all rows; the graph's own padding is of 1-row passes)
+        kept = keep if self._keep_name is not None and 0 < keep < k == rows else 0
+        out_rows = kept or rows
+        if self._keep_name is not None:
+            self._keep[0] = kept
         if self._fast is not None:
             c_io, c_sess, cpu = self._fast
             c_io.bind_input(self._ids_name, cpu, np.int64, [1, rows], self._ids_ptr)
             c_io.bind_input(self._mask_name, cpu, np.int64, [1, n + rows], self._mask_ptr)
-            c_io.bind_output(self._logits_name, cpu, self._dtype, [1, rows, self._vocab], self._logits_ptr)
+            if self._keep_name is not None:
+                c_io.bind_input(self._keep_name, cpu, np.int64, [1], self._keep_ptr)
+            c_io.bind_output(self._logits_name, cpu, self._dtype, [1, out_rows, self._vocab], self._logits_ptr)
             for name, is_input, dtype, width, ptr in self._feature_binds(n, rows, features):
                 (c_io.bind_input if is_input else c_io.bind_output)(name, cpu, dtype, [1, rows, width], ptr)
             t0 = time.perf_counter()
@@ -236,7 +253,9 @@ class ModelSession:
             io = self.io
             io.bind_input(self._ids_name, "cpu", 0, np.int64, [1, rows], self._ids_ptr)
             io.bind_input(self._mask_name, "cpu", 0, np.int64, [1, n + rows], self._mask_ptr)
-            io.bind_output(self._logits_name, "cpu", 0, self._dtype, [1, rows, self._vocab], self._logits_ptr)
+            if self._keep_name is not None:
+                io.bind_input(self._keep_name, "cpu", 0, np.int64, [1], self._keep_ptr)
+            io.bind_output(self._logits_name, "cpu", 0, self._dtype, [1, out_rows, self._vocab], self._logits_ptr)
             for name, is_input, dtype, width, ptr in self._feature_binds(n, rows, features):
                 (io.bind_input if is_input else io.bind_output)(name, "cpu", 0, dtype, [1, rows, width], ptr)
             t0 = time.perf_counter()
@@ -244,7 +263,7 @@ class ModelSession:
         self.run_seconds += time.perf_counter() - t0
         self.calls += 1
         self.kv.commit(k)
-        return self.logits[:k]
+        return self.logits[:kept or k]
 
     def rewind_to(self, n: int) -> None:
         self.kv.rewind_to(n)

@@ -66,6 +66,14 @@ class Model(Protocol):
     def rewind_to(self, n: int) -> None: ...
 
 
+def last_rows(model: Model, tokens: np.ndarray, keep: int) -> np.ndarray:
+    """Feed ``tokens`` [k]; the logits of the last ``keep`` of them [min(keep, k), vocab]. A session that
+    ``skips_logits`` (runtime/session.py) computes only those rows' LM head — the same numbers."""
+    if getattr(model, "skips_logits", False):
+        return model.forward(tokens, keep=keep)
+    return model.forward(tokens)[-keep:]
+
+
 @dataclass
 class Step:
     tokens: list[int]  # newly committed target ids
@@ -142,11 +150,11 @@ class Decoder:
         """Feed the model's pending committed tokens, then ``extra``; logits of the last len(extra)+1 positions."""
         room = model.max_rows - len(extra)
         while self.n - model.length > room:  # long prompt: prefill in chunks, logits unused
-            model.forward(self.tok[model.length:min(self.n - 1, model.length + model.max_rows)])
+            last_rows(model, self.tok[model.length:min(self.n - 1, model.length + model.max_rows)], 1)
         pending = self.tok[model.length:self.n]
         if len(extra):
             pending = np.concatenate((pending, extra))  # <= max_rows ints
-        return model.forward(pending)[-(len(extra) + 1):]
+        return last_rows(model, pending, len(extra) + 1)
 
     def backlog(self, gamma: int) -> int:
         """Most committed tokens a model taking part in this step has yet to see.
@@ -225,7 +233,7 @@ class Decoder:
         drafter's logits at row n - 2 (the first draft), or None when the context has one token."""
         t, d = self.target, self.drafter
         while t.length < self.n - 1:
-            t.forward(self.tok[t.length:min(self.n - 1, t.length + t.max_rows)])
+            last_rows(t, self.tok[t.length:min(self.n - 1, t.length + t.max_rows)], 1)
         if t.length == 0:
             return None
         if d.length >= t.length:  # a repeated draft without a verify in between: redo the last row
