@@ -57,6 +57,22 @@ def kquant_library() -> tuple[Path | None, str]:
     return found[0], ""
 
 
+def kquant_isa() -> str | None:
+    """The instruction set the library's interleaved kernels run on in this process, as the library itself says:
+    "avx512vnni" where the CPU has AVX512VL and AVX512VNNI (kernels/kquant/kquant_vnni.cpp; the same outputs bit for
+    bit), else "avx2"; None without the library. ``EDGE_SPEC_KQUANT_ISA=avx2`` keeps them on AVX2 (read once)."""
+    import ctypes
+
+    path = kquant_library()[0]
+    if path is None:
+        return None
+    fn = getattr(ctypes.CDLL(str(path)), "edge_spec_kquant_isa", None)
+    if fn is None:  # a build from before the VNNI kernels
+        return "avx2"
+    fn.restype = ctypes.c_char_p
+    return fn().decode()
+
+
 def register(options: ort.SessionOptions, needed: tuple[str, ...] | list[str] = ()) -> None:
     """Register the libraries ``needed`` (a manifest's ``custom_ops``) with ``options``.
 

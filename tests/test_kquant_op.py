@@ -166,6 +166,44 @@ def test_matmul_rows_and_threads_bit_for_bit(lib: str, case: tuple) -> None:
         np.testing.assert_array_equal(matmul(two, a[:m], w).view(np.uint32), rows[:m].view(np.uint32))
 
 
+_ISA_RUN = """
+import sys, numpy as np, onnxruntime as ort
+sys.path.insert(0, sys.argv[1])
+from test_kquant_op import model, session, matmul, make_tensor, stored
+from edge_spec import kernels
+out = {"isa": np.array(kernels.kquant_isa())}
+for t in (12, 14):
+    for n in (64, 24):  # 24: an odd number of groups of 8 (the last pair is half)
+        rng = np.random.default_rng(5)
+        w = stored(make_tensor(rng, t, n, 1536), t, 8)
+        a = rng.standard_normal((9, 1536)).astype(np.float32)
+        sess = session(sys.argv[2], model("GgufMatMul", t, 8))
+        out[f"{t}-{n}"] = np.concatenate([matmul(sess, a[:m], w) for m in (1, 2, 3, 4, 5, 9)], axis=0)
+np.savez(sys.argv[3], **out)
+"""
+
+
+def test_matmul_avx512_vnni_equals_avx2_bit_for_bit(lib: str, tmp_path) -> None:
+    """Where the CPU has AVX-512 VNNI the interleaved kernels run kquant_vnni.cpp: the same numbers as the AVX2
+    kernels (EDGE_SPEC_KQUANT_ISA=avx2), bit for bit, at every row count. The ISA is chosen once per process."""
+    import subprocess
+    import sys
+
+    if not {"avx512vl", "avx512_vnni"} <= (kernels._cpu_flags() or set()):
+        pytest.skip("this CPU has no AVX-512 VNNI: only the AVX2 kernels run here")
+    here = os.path.dirname(__file__)
+    runs = {}
+    for isa in ("avx2", "avx512vnni"):
+        env = {**os.environ, "EDGE_SPEC_KQUANT_ISA": isa}
+        subprocess.run([sys.executable, "-c", _ISA_RUN, here, lib, str(tmp_path / f"{isa}.npz")], env=env,
+                       check=True)
+        runs[isa] = np.load(tmp_path / f"{isa}.npz")
+        assert str(runs[isa]["isa"]) == isa  # the library says which kernels it ran
+    for key in runs["avx2"].files:
+        if key != "isa":
+            np.testing.assert_array_equal(runs["avx2"][key].view(np.uint32), runs["avx512vnni"][key].view(np.uint32))
+
+
 @pytest.mark.parametrize("ggml_type", [Q4_K, Q6_K])
 def test_matmul_interleave_0_vs_8(lib: str, ggml_type: int) -> None:
     """The same numbers up to the fp32 summation order (the row kernels sum per-lane partial sums, the x8 kernels

@@ -297,3 +297,7 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     ORT_TRY(g_api->CustomOpDomain_Add(domain, &g_gather));
     return g_api->AddCustomOpDomain(options, domain);
 }
+
+// The instruction set the interleaved kernels run on in this process ("avx512vnni" or "avx2"; kquant.h x8_isa),
+// for edge_spec/kernels.py (ctypes) and the benchmarks' version lines.
+extern "C" __attribute__((visibility("default"))) const char* edge_spec_kquant_isa() { return kquant::x8_isa(); }

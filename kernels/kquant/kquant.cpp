@@ -17,6 +17,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 namespace kquant {
@@ -494,8 +495,26 @@ void gemm_rows(int ggml_type, const BlockQ8* q8, int64_t m, int64_t nb, const ui
     }
 }
 
+bool vnni_supported() {
+    return __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+}
+
+const char* x8_isa() {
+    static const char* isa = [] {
+        const char* want = std::getenv("EDGE_SPEC_KQUANT_ISA");
+        const bool avx2 = want != nullptr && std::strcmp(want, "avx2") == 0;
+        return !avx2 && vnni_supported() ? "avx512vnni" : "avx2";
+    }();
+    return isa;
+}
+
 void gemm_rows_x8(int ggml_type, const BlockQ8* q8, int64_t m, int64_t nb, const uint8_t* w, int64_t n0,
                   int64_t n1, float* out, int64_t ldo) {
+    static const bool vnni = std::strcmp(x8_isa(), "avx512vnni") == 0;
+    if (vnni) {
+        gemm_rows_x8_vnni(ggml_type, q8, m, nb, w, n0, n1, out, ldo);
+        return;
+    }
     constexpr int64_t kRowsPerTile = 4;
     const BlockQ8* rows[kRowsPerTile];
     float* outs[kRowsPerTile];

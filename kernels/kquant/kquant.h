@@ -55,6 +55,16 @@ void gemm_rows(int ggml_type, const BlockQ8* q8, int64_t m, int64_t nb, const ui
 void gemm_rows_x8(int ggml_type, const BlockQ8* q8, int64_t m, int64_t nb, const uint8_t* w, int64_t n0,
                   int64_t n1, float* out, int64_t ldo);
 
+// gemm_rows_x8 on AVX-512 VNNI (kquant_vnni.cpp: vpdpbusd; 256-bit vectors below 5 rows, 512-bit from 5): the
+// same outputs bit for bit; only for a CPU where ``vnni_supported()``. gemm_rows_x8 calls it by itself where
+// ``x8_isa()`` says "avx512vnni".
+void gemm_rows_x8_vnni(int ggml_type, const BlockQ8* q8, int64_t m, int64_t nb, const uint8_t* w, int64_t n0,
+                       int64_t n1, float* out, int64_t ldo);
+bool vnni_supported();
+// The instruction set gemm_rows_x8 uses: "avx512vnni" where the CPU has AVX512VL + AVX512VNNI, else "avx2";
+// EDGE_SPEC_KQUANT_ISA=avx2 in the environment (read once) keeps it on AVX2.
+const char* x8_isa();
+
 // Dequantization (the embedding's GgufGather): y[0 .. nb * 256) = row ``n`` of W in fp32, the same numbers as
 // ggml's dequantize_row_q4_K / _q6_K and gguf-py's gguf.quants.dequantize, bit for bit (their operation order:
 // Q4_K (d * sc) * q - (dmin * m), Q6_K (d * sc) * q; scalar code, built with -ffp-contract=off).
