@@ -111,6 +111,23 @@ def test_drafting_choices():
         plan_memory(m, None, BASE, draft_length=99)
 
 
+def test_auto_drafting_is_the_bundles_default():
+    """drafting="auto" runs what the export chose (manifest ``drafting``), hybrid where it chose nothing; an explicit
+    mode still wins, and the default never loads a drafter model it does not draft with."""
+    import dataclasses
+
+    plain = manifest()
+    assert plan_memory(plain, None, BASE).mode == "speculative"
+    assert plan_memory(plain, None, BASE).drafting == "hybrid"
+    lookup = dataclasses.replace(plain, drafting="lookup")
+    auto = plan_memory(lookup, None, BASE)
+    assert (auto.mode, auto.drafting) == ("lookup", "lookup")
+    assert not any("drafter" in what for what, _ in auto.items)  # no drafter weights or KV planned
+    assert plan_memory(lookup, None, BASE, drafting="hybrid").mode == "speculative"
+    model = plan_memory(dataclasses.replace(plain, drafting="model"), None, BASE)
+    assert (model.mode, model.drafting) == ("speculative", "model")
+
+
 def test_workspace_counts_the_largest_pass_only():
     plan = plan_memory(manifest(), None, BASE)
     assert dict(plan.items)["largest forward-pass workspace (passes run one at a time)"] == WS[16]

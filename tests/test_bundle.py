@@ -81,6 +81,7 @@ def test_workspace_extrapolates_linearly() -> None:
         (lambda d: d["target"].update(bogus=1), "unknown key 'bogus'"),
         (lambda d: d["target"].pop("num_layers"), "missing 'target.num_layers'"),
         (lambda d: d.update(target=[]), "should be an object"),
+        (lambda d: d.update(drafting="fastest"), "'drafting' is \"fastest\", not one of hybrid, model, lookup"),
     ],
 )
 def test_bad_manifests_give_one_sentence(mutate, phrase: str) -> None:

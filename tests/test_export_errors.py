@@ -108,6 +108,9 @@ def test_bad_options(capsys, tmp_path: Path) -> None:
     _fails(capsys, ["--target", T, "--drafter", D, "--out", str(tmp_path / "b"), "--trim-vocab", "lots"], "K")
     _fails(capsys, ["--target", T, "--drafter", D, "--out", str(tmp_path / "b"), "--quant", "fp16"], "fp16")
     _fails(capsys, ["--target", T, "--drafter", D, "--out", str(tmp_path / "b"), "--quant", "int3"], "int3")
+    _fails(capsys, ["--target", T, "--out", str(tmp_path / "b"), "--default-drafting", "model"],
+           "--default-drafting model drafts with the drafter model", "--default-drafting lookup")
+    assert not (tmp_path / "b").exists()
 
 
 def test_disk_full_cleans_up(capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

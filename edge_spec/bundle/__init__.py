@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from edge_spec.bundle.fim import FIM_GGUF_KEYS, FIM_TEXTS, find_fim
 from edge_spec.bundle.manifest import (
+    DRAFTING_DEFAULTS,
     FORMAT,
     GRAPH_FORMATS,
     MANIFEST_NAME,
@@ -46,7 +47,8 @@ from edge_spec.bundle.manifest import (
 from edge_spec.bundle.read import manifest_from_json, read_manifest
 
 __all__ = [
-    "FIM_GGUF_KEYS", "FIM_TEXTS", "FORMAT", "GRAPH_FORMATS", "MANIFEST_NAME", "NGRAM_ENTRY_BYTES", "PRECISIONS",
+    "DRAFTING_DEFAULTS", "FIM_GGUF_KEYS", "FIM_TEXTS", "FORMAT", "GRAPH_FORMATS", "MANIFEST_NAME",
+    "NGRAM_ENTRY_BYTES", "PRECISIONS",
     "SCHEMA_VERSION", "SHARED_DTYPES", "ChatFormat", "FimTokens", "Manifest", "ModelSpec", "NgramSpec",
     "Quantization", "SharedInitializer", "SourceModel", "TokenizerSpec", "VocabTrim", "bundle_files", "find_fim",
     "kv_bytes_per_token", "manifest_from_json", "read_manifest", "write_manifest",

@@ -17,10 +17,12 @@ from typing import Any
 
 MANIFEST_NAME = "edge_spec.json"
 FORMAT = "edge-spec-bundle"
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 PRECISIONS = ("int4", "int8", "fp16", "fp32")
 NGRAM_ENTRY_BYTES = 12  # NgramSpec: an 8-byte n-gram hash + a 4-byte token id per entry
 GRAPH_FORMATS = ("onnx", "ort")  # ModelSpec.graph_format: an ONNX protobuf or an ORT-format flatbuffer
+# Manifest.drafting: what drafting="auto" runs. hybrid = the drafter model, and prompt lookup where the text repeats
+DRAFTING_DEFAULTS = ("hybrid", "model", "lookup")
 
 
 @dataclass(frozen=True)
@@ -254,6 +256,9 @@ class Manifest:
     # a subset of temperature / top_k / top_p / min_p, plus "source". None: the source carries none.
     sampling: dict[str, Any] | None = None
     ngrams: NgramSpec | None = None  # static n-gram drafts (absent: none)
+    # (since version 12) what drafting="auto" runs, one of DRAFTING_DEFAULTS, chosen at export from measurements of
+    # the pair (export --default-drafting); None: "hybrid"
+    drafting: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_spec.bundle.manifest import (
+    DRAFTING_DEFAULTS,
     FORMAT,
     GRAPH_FORMATS,
     MANIFEST_NAME,
@@ -197,7 +198,12 @@ def manifest_from_json(data: Any) -> Manifest:
             SamplingConfig(**{k: v for k, v in sampling.items() if k != "source"})
         except (AttributeError, TypeError, EdgeSpecError) as exc:
             raise BundleError(f"The manifest field 'sampling' is malformed ({exc}); re-export the bundle.") from None
+    drafting = data.get("drafting")
+    if drafting is not None and drafting not in DRAFTING_DEFAULTS:
+        raise BundleError(f"The manifest field 'drafting' is {json.dumps(drafting)[:40]}, not one of "
+                          f"{', '.join(DRAFTING_DEFAULTS)}; re-export the bundle.")
     return Manifest(
+        drafting=drafting,
         sampling=sampling,
         target=target,
         drafter=drafter,

@@ -176,9 +176,12 @@ def add_sampling_options(p: argparse.ArgumentParser, max_new_tokens: int = 256, 
                    help=f"most tokens per reply (default {max_new_tokens})")
     g.add_argument("--no-speculation", action="store_true",
                    help="plain autoregressive decoding (the drafter is not loaded)")
-    g.add_argument("--drafting", choices=("auto", "model", "lookup"), default="auto",
-                   help="where drafts come from: auto = the drafter, and prompt lookup where the text repeats "
-                        "itself (default); model = the drafter only; lookup = prompt lookup only (no drafter loaded)")
+    g.add_argument("--drafting", choices=("auto", "hybrid", "model", "lookup"), default="auto", help=DRAFTING_HELP)
+
+
+DRAFTING_HELP = ("where drafts come from: auto = the bundle's default (hybrid unless its export chose another; "
+                 "'edge-spec inspect' says which); hybrid = the drafter, and prompt lookup where the text repeats "
+                 "itself; model = the drafter only; lookup = prompt lookup only (no drafter loaded)")
 
 
 def generation_config(args: argparse.Namespace, defaults: dict[str, Any] | None = None,

@@ -73,6 +73,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="answers files of edge-spec distill for this target (DRAFTER_DIR/data/answers.npz): the "
                         "bundle gets a static n-gram table of the target's own writing, which drafts where the "
                         "context has no repeat to look up (llama.cpp's static lookup cache; output unchanged)")
+    p.add_argument("--default-drafting", choices=("hybrid", "model", "lookup"), metavar="MODE",
+                   help="what --drafting auto runs with this bundle: hybrid (the drafter, and prompt lookup where the "
+                        "text repeats itself; the default), model or lookup — pick the one measured fastest for the "
+                        "pair (the coder pair: lookup, docs/pairs.md); a user's --drafting still chooses")
     p.add_argument("--trim-vocab", default="auto", metavar="K|auto|off",
                    help="keep K drafter LM-head rows; auto = smallest K covering 99%% of target tokens (default)")
     p.add_argument("--calibration", type=Path, metavar="FILE",
@@ -114,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
                          trim_vocab=_trim(args.trim_vocab), calibration=args.calibration,
                          max_context=args.max_context, execution_provider=args.execution_provider,
                          force=args.force, trust_remote_code=args.trust_remote_code, lm_head=args.lm_head,
-                         gguf_mode=args.gguf_mode, ngrams=tuple(args.ngrams),
+                         gguf_mode=args.gguf_mode, ngrams=tuple(args.ngrams), default_drafting=args.default_drafting,
                          kv_dtype={"fp16": "float16", "fp32": "float32", None: "auto"}[args.kv_dtype])
     if args.mobile:
         return _export_mobile(args, opts)

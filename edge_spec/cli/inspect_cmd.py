@@ -87,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
             what = "EAGLE-3 head: reads" if spec.kind == "eagle3" else "outputs for the drafter"
             out.line(f"           {what} the residual streams at layers {spec.feature_layers} "
                      f"({spec.feature_dim} features per token)")
+    if m.drafter is not None:
+        out.line(f"  drafting --drafting auto runs {m.drafting or 'hybrid'}"
+                 + (" (chosen at export)" if m.drafting else " (the drafter, and prompt lookup where text repeats)"))
     vt = m.vocab_trim
     if vt is not None:
         out.line(f"  vocab    drafter keeps {vt.kept} of {vt.full} tokens ({vt.kept / vt.full:.1%}), covering "

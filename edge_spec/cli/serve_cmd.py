@@ -53,9 +53,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-context", type=common.positive_int, metavar="N",
                    help="tokens a conversation may hold (default: the bundle's, or what the memory budget allows); "
                         "longer ones drop their oldest turns")
-    p.add_argument("--drafting", choices=("auto", "model", "lookup", "none"), default="auto",
-                   help="where drafts come from: auto = the drafter, and prompt lookup where the text repeats itself "
-                        "(default); model = the drafter only; lookup = prompt lookup only; none = no speculation")
+    p.add_argument("--drafting", choices=("auto", "hybrid", "model", "lookup", "none"), default="auto",
+                   help=common.DRAFTING_HELP + "; none = no speculation")
     common.add_load_options(p)
     p.set_defaults(run=run)
 

@@ -86,3 +86,4 @@ class ExportOptions:
     # KV cache of graphs edge-spec builds: "auto" (= OWN_KV_DTYPE, float16), float16 or float32; builder graphs: fp32
     kv_dtype: str = "auto"
     ngrams: tuple[Path, ...] = ()  # answers files of edge-spec distill: build a static n-gram draft table from them
+    default_drafting: str | None = None  # the manifest's ``drafting``: what drafting="auto" runs (None: hybrid)

@@ -22,6 +22,7 @@ import numpy as np
 
 from edge_spec import __version__, kernels
 from edge_spec.bundle import (
+    DRAFTING_DEFAULTS,
     Manifest,
     SourceModel,
     TokenizerSpec,
@@ -79,6 +80,11 @@ def export_bundle(target: str, drafter: str | None, out: str | os.PathLike[str],
                           f"({kernels.kquant_library()[1]}); use --gguf-mode split.")
     if opts.gguf_mode == "auto":  # the file's own K-quant blocks on our kernels when they run here
         opts = replace(opts, gguf_mode="kquant" if kernels.available() else "split")
+    if opts.default_drafting not in (None, *DRAFTING_DEFAULTS):
+        raise ExportError(f"--default-drafting {opts.default_drafting} is not one of {', '.join(DRAFTING_DEFAULTS)}.")
+    if drafter is None and opts.default_drafting in ("hybrid", "model"):
+        raise ExportError(f"--default-drafting {opts.default_drafting} drafts with the drafter model, and this export "
+                          "has none; pass --drafter, or --default-drafting lookup.")
     for role, q in (("target", opts.target_quant), ("drafter", opts.drafter_quant)):
         if q is not None:  # a drafter's default precision (int4 or int8) runs everywhere
             build.check_precision(q.precision, opts.execution_provider, role)
@@ -243,6 +249,7 @@ def _export_into(tmp: Path, t_ckpt: build.Checkpoint, d_ckpt: build.Checkpoint |
                "trim_share": opts.trim_share if opts.trim_vocab == "auto" else None,
                **({"shared_embedding": shared} if shared else {})},
         shared_initializers=tuple(shared_inits), sampling=recommended_sampling(t_ckpt), ngrams=table,
+        drafting=opts.default_drafting,
     )
     if manifest.sampling:
         say(f"[chat] the model recommends sampling with {manifest.sampling} (edge-spec chat's defaults)")

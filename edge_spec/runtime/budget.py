@@ -92,6 +92,9 @@ class Plan:
     # RSS while the sessions are created, before the weights they repacked are let go (see load_floor); the plan
     # is only made when the budget covers it too
     load_peak_bytes: int = 0
+    # the drafting the caller's mode resolves to: "hybrid" (drafter + lookup), "model", "lookup" or "none" (the
+    # rungs above still say what fits); "auto" becomes the bundle's own default (resolve_drafting)
+    drafting: str = "hybrid"
 
     @property
     def total_bytes(self) -> int:
@@ -195,15 +198,26 @@ def _kv_items(m: Manifest, mode: str, ctx: int, t_rows: int = PREFILL_CHUNK,
     return out
 
 
+DRAFTING = ("auto", "hybrid", "model", "lookup", "none")  # what callers may ask for
+
+
+def resolve_drafting(drafting: str, m: Manifest) -> str:
+    """``drafting`` as the engine runs it: "auto" is the bundle's default (the manifest's ``drafting``, which the
+    export chose from measurements of the pair; "hybrid" where it names none); the other modes are as given."""
+    if drafting not in DRAFTING:
+        raise EdgeSpecError(f"drafting={drafting!r} is not one of {', '.join(map(repr, DRAFTING))}.")
+    return (m.drafting or "hybrid") if drafting == "auto" else drafting
+
+
 def plan_memory(m: Manifest, budget: int | None, baseline: int, *, max_context: int | None = None,
                 draft_length: int | None = None, drafting: str = "auto") -> Plan:
     """Pick the richest mode, then the largest context and draft length that fit ``budget`` bytes.
 
     The ladder: drafter model -> prompt-lookup drafts -> plain AR; each step down is noted in the plan.
-    ``drafting`` is "auto", "model", "lookup" or "none" (the richest mode the caller allows).
+    ``drafting`` (:data:`DRAFTING`) is the richest mode the caller allows: "hybrid" (the drafter model, and prompt
+    lookup where the text repeats), "model", "lookup", "none", or "auto", the bundle's default.
     """
-    if drafting not in ("auto", "model", "lookup", "none"):
-        raise EdgeSpecError(f"drafting={drafting!r} is not one of 'auto', 'model', 'lookup', 'none'.")
+    drafting = resolve_drafting(drafting, m)
     cap = m.target.max_context
     if m.drafter is not None:
         cap = min(cap, m.drafter.max_context)
@@ -218,7 +232,7 @@ def plan_memory(m: Manifest, budget: int | None, baseline: int, *, max_context: 
 
     ladder = []
     notes: list[str] = []
-    if drafting in ("auto", "model"):
+    if drafting in ("hybrid", "model"):
         if m.drafter is None:
             notes.append("the bundle has no drafter model, so drafts come from prompt lookup")
         else:
@@ -246,7 +260,7 @@ def plan_memory(m: Manifest, budget: int | None, baseline: int, *, max_context: 
                             prefill_chunk=chunk, target_rows=t_rows,
                             drafter_rows=d_rows if mode == "speculative" else 0,
                             items=tuple(items[:2] + _kv_items(m, mode, int(ctx), t_rows, d_rows) + items[2:]),
-                            notes=tuple(notes), load_peak_bytes=floor)
+                            notes=tuple(notes), load_peak_bytes=floor, drafting=drafting)
         if mode == "speculative":
             notes.append("the drafter model does not fit the budget with a useful context, so drafts come "
                          "from prompt lookup (no model memory)")

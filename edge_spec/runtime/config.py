@@ -134,7 +134,7 @@ class LoadConfig:
     strict: bool = False  # unavailable device -> error instead of CPU fallback
     max_context: int | None = None
     draft_length: int | None = None  # upper bound on gamma for the plan
-    drafting: str = "auto"  # "auto" (drafter + lookup) | "model" (drafter only) | "lookup" | "none"
+    drafting: str = "auto"  # "auto" (the bundle's default) | "hybrid" (drafter + lookup) | "model" | "lookup" | "none"
     threads: int = 0  # the target's ONNX Runtime threads (0 = all physical cores)
     spin: bool | None = None  # ORT pool threads busy-wait between kernels; None = when the target has > 1 thread
     drafter_threads: int | None = None  # None = 1 (see runtime/options.py, "Threads")

@@ -44,8 +44,8 @@ class Engine:
                  table: NgramTable | None = None) -> None:
         self.manifest, self.tokenizer, self.plan, self.config, self.devices = manifest, tokenizer, plan, config, devices
         self.target, self.drafter = target, drafter
-        # "auto" with a drafter: hybrid drafting (lookup drafts first when the context repeats itself)
-        self._hybrid = drafter is not None and config.drafting == "auto"
+        # hybrid drafting with a drafter: lookup drafts first when the context repeats itself
+        self._hybrid = drafter is not None and plan.drafting == "hybrid"
         self._dec = Decoder(target, drafter, lookup=plan.mode == "lookup" or self._hybrid, id_map=id_map,
                             max_gamma=plan.draft_length, table=table)
         self._policy = DraftPolicy(plan.draft_length, free_drafts=drafter is None)
@@ -117,7 +117,7 @@ class Engine:
         devices = {"target": t_dev, "drafter": d_dev if drafter is not None else "none"}
         table = None  # the n-gram table drafts wherever lookup drafts are made: the lookup rung, hybrid drafting
         if manifest.ngrams is not None and (plan.mode == "lookup" or plan.mode == "speculative"
-                                            and config.drafting == "auto"):
+                                            and plan.drafting == "hybrid"):
             n = manifest.ngrams
             table = NgramTable.load(root / n.file, n.min_n, n.max_n, manifest.target.vocab_size)
         engine = cls(manifest, tokenizer, plan, target, drafter, id_map, config, devices, table)
