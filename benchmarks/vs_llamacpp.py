@@ -8,8 +8,9 @@ Systems (each in its own process, so peak RSS is its own), greedy and T=0.7:
   equal, its 1-token passes padded to the graph's batch-invariant rows), speculative (adaptive draft length, the
   drafter model and prompt lookup: what a user gets), plain (``drafting="none"``, what ``edge-spec generate
   --no-speculation`` loads: no drafter, 1-row passes), and with ``--drafting-alone`` lookup only
-  (``drafting="lookup"``: prompt lookup and the n-gram table, no drafter model loaded) and drafter only
-  (``drafting="model"``), through ``Engine`` (lib/edge.py);
+  (``drafting="lookup"``: prompt lookup and the n-gram table, no drafter model loaded), drafter only
+  (``drafting="model"``) and both (``drafting="hybrid"``; the speculative row runs the bundle's default, ``"auto"``),
+  through ``Engine`` (lib/edge.py);
 * llama.cpp (``llama-server`` fed token ids): AR, draft-model speculative decoding with the
   edge-spec drafter converted to GGUF (``--draft-gguf``, benchmarks/drafter_to_gguf.sh), and its
   n-gram lookup mode (``ngram-simple``);
@@ -107,9 +108,11 @@ def run_systems(args: argparse.Namespace, ids: list[list[int]]) -> tuple[dict[st
             (f"edge-spec speculative {tag}", edge, (args.bundle, ids), {"speculative": True, **edge_kw}),
             (f"edge-spec plain {tag}", edge, (args.bundle, ids), {"speculative": False, "drafting": "none",
                                                                   **edge_kw})]
-        if args.drafting_alone:  # the speculative row's drafting alternatives, each alone: prompt lookup and the
-            # n-gram table with no drafter model loaded; the drafter model with no lookup drafts
-            jobs += [(f"edge-spec lookup only {tag}", edge, (args.bundle, ids),
+        if args.drafting_alone:  # the speculative row's drafting alternatives: both (hybrid), then each alone: prompt
+            # lookup and the n-gram table with no drafter model loaded; the drafter model with no lookup drafts
+            jobs += [(f"edge-spec hybrid {tag}", edge, (args.bundle, ids),
+                      {"speculative": True, "drafting": "hybrid", **edge_kw}),
+                     (f"edge-spec lookup only {tag}", edge, (args.bundle, ids),
                       {"speculative": True, "drafting": "lookup", **edge_kw}),
                      (f"edge-spec drafter only {tag}", edge, (args.bundle, ids),
                       {"speculative": True, "drafting": "model", **edge_kw})]
@@ -199,7 +202,8 @@ def main() -> int:
     ap.add_argument("--code", action="store_true", help="the coding tasks (lib/prompts.CODE_PROMPTS) as prompts")
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.7])
     ap.add_argument("--drafting-alone", action="store_true",
-                    help="also edge-spec lookup only (no drafter model loaded) and drafter only (no lookup drafts)")
+                    help="also edge-spec hybrid (drafter + lookup), lookup only (no drafter model loaded) and drafter "
+                    "only (no lookup drafts)")
     ap.add_argument("--systems", nargs="*", help="run only the systems whose row name starts with one of these")
     ap.add_argument("--exact-prompts", type=int, default=200,
                     help="prompts for greedy speculative == greedy AR (0: only the run's prompts)")

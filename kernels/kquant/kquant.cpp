@@ -206,6 +206,7 @@ void q4k_x8_rows(const BlockQ8* const* q8, int64_t nb, const uint8_t* w, int64_t
         for (int r = 0; r < R; ++r) acc[r] = accm[r] = _mm256_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
             const uint8_t* b = w + (g * nb + i) * Q4_K_X8_BYTES;
+            prefetch_block(b, Q4_K_X8_BYTES);
             const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
             const __m256 m8 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16)));
             const __m256i p0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 32));
@@ -278,6 +279,7 @@ void q6k_x8_rows(const BlockQ8* const* q8, int64_t nb, const uint8_t* w, int64_t
         for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
             const uint8_t* b = w + (g * nb + i) * Q6_K_X8_BYTES;
+            prefetch_block(b, Q6_K_X8_BYTES);
             const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
             __m256i planes[4], scv[16], pairs[8];
             for (int p = 0; p < 4; ++p) planes[p] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * p));

@@ -149,6 +149,8 @@ KQ_VNNI void q4k_rows(const BlockQ8* const* q8, int64_t nb, const uint8_t* w, in
     for (int64_t i = 0; i < nb; ++i) {
         const uint8_t* b = w + (g0 * nb + i) * Q4_K_X8_BYTES;
         const uint8_t* c = w + (g1 * nb + i) * Q4_K_X8_BYTES;
+        prefetch_block(b, Q4_K_X8_BYTES);
+        if (c != b) prefetch_block(c, Q4_K_X8_BYTES);
         const F d = V::fp16(b, c), dm = V::fp16(b + 16, c + 16);
         const I p0 = V::load(b + 32, c + 32), p1 = V::load(b + 64, c + 64), p2 = V::load(b + 96, c + 96);
         const I sc03 = V::and_(p0, lo6), mn03 = V::and_(p1, lo6);
@@ -197,6 +199,8 @@ KQ_VNNI void q6k_rows(const BlockQ8* const* q8, int64_t nb, const uint8_t* w, in
     for (int64_t i = 0; i < nb; ++i) {
         const uint8_t* b = w + (g0 * nb + i) * Q6_K_X8_BYTES;
         const uint8_t* c = w + (g1 * nb + i) * Q6_K_X8_BYTES;
+        prefetch_block(b, Q6_K_X8_BYTES);
+        if (c != b) prefetch_block(c, Q6_K_X8_BYTES);
         const F d = V::fp16(b, c);
         I planes[4];
         for (int p = 0; p < 4; ++p) planes[p] = V::load(b + 16 + 32 * p, c + 16 + 32 * p);
