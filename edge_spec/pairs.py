@@ -153,7 +153,11 @@ CODER = Pair(
     target=QWEN_CODER_1_5B, drafter=QWEN_CODER_0_5B,
     # --gguf-mode auto: the files' Q4_K / Q6_K blocks as they are, on edge-spec's compiled K-quant kernels where they
     # run (docs/export.md, "GGUF in"), else split
-    export_args=("--gguf-mode", "auto", "--target-quant", "int4:4", "--drafter-quant", "int4:4", "--kv-dtype", "fp16"),
+    # --default-drafting lookup: prompt lookup alone was the fastest drafting of this pair, at both temperatures, on
+    # code and chat prompts, and loads no drafter model (2026-12-02, docs/pairs.md "Drafting"); --drafting hybrid or
+    # model still drafts with the 0.5B
+    export_args=("--gguf-mode", "auto", "--target-quant", "int4:4", "--drafter-quant", "int4:4", "--kv-dtype", "fp16",
+                 "--default-drafting", "lookup"),
     # 2026-11-29, 2-core AMD EPYC, idle: 6 min 18 s wall, peak RSS 3.05 GiB with the K-quant kernels; 8 min 2 s,
     # 3.83 GiB with --gguf-mode split (docs/pairs.md)
     export_time="about 6 minutes on 2 CPU cores (8 without edge-spec's K-quant kernels) and under 4 GiB of memory")

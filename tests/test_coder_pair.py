@@ -18,9 +18,12 @@ pytestmark = [pytest.mark.coder, pytest.mark.slow]  # slow too: `-m "not slow"` 
 NEW_TOKENS = 32
 
 
-def test_coder_greedy_speculative_equals_greedy_with_no_drafter() -> None:
-    spec = Engine.load("coder")
-    assert spec.plan.mode == "speculative", spec.plan.describe()
+@pytest.mark.parametrize(("drafting", "mode"), [("auto", "lookup"), ("hybrid", "speculative")])
+def test_coder_greedy_speculative_equals_greedy_with_no_drafter(drafting: str, mode: str) -> None:
+    """The pair's default (prompt lookup, its export's --default-drafting) and the 0.5B drafter with lookup."""
+    spec = Engine.load("coder", drafting=drafting)
+    assert spec.manifest.drafting == "lookup"
+    assert spec.plan.mode == mode, spec.plan.describe()
     plain = Engine.load("coder", drafting="none")
     assert plain.drafter is None
     cfg = {"max_new_tokens": NEW_TOKENS, "stop_token_ids": ()}  # no stop token: every run is NEW_TOKENS long

@@ -175,7 +175,7 @@ def test_coder_is_fetched_then_exported_once_with_its_export_args(fake_coder, tm
     [(used, paths, where)] = exports
     assert where == out and used.export_args == CODER.export_args
     assert CODER.export_args == ("--gguf-mode", "auto", "--target-quant", "int4:4", "--drafter-quant", "int4:4",
-                                 "--kv-dtype", "fp16")
+                                 "--kv-dtype", "fp16", "--default-drafting", "lookup")
     assert paths["target"].read_bytes() == PAYLOAD and paths["drafter"].read_bytes() == PAYLOAD[::-1]
     assert set(paths) == {"target", "drafter"}  # no n-gram answers for the coder
     assert any("about 6 minutes" in m and "4 GiB" in m for m in msgs), msgs

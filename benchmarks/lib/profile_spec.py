@@ -97,11 +97,12 @@ class Hooks:
 
         orig_forward = ModelSession.forward
 
-        def forward(session: ModelSession, tokens: Any, features: Any = None) -> Any:
+        def forward(session: ModelSession, tokens: Any, features: Any = None, keep: int = 0) -> Any:
             who = "target" if session is eng.target else "drafter"
             ort0 = session.run_seconds
             t0 = time.perf_counter()
-            out = orig_forward(session, tokens, features)  # features: an EAGLE-3 drafter's target features
+            # features: an EAGLE-3 drafter's target features; keep: the logits rows a prefill chunk asks for
+            out = orig_forward(session, tokens, features, keep)
             wall = time.perf_counter() - t0
             ort = session.run_seconds - ort0
             acc[f"{who}_fwd"] += wall
