@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
@@ -204,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gguf", required=True, type=Path, help="the target's GGUF for llama-server")
     ap.add_argument("--threads", type=int, nargs="+", default=[2, 1])
     ap.add_argument("--prompts", type=int, default=6, help="the first N chat prompts (vs_llamacpp.py's default)")
+    ap.add_argument("--random-prompt", type=int, default=0, metavar="N",
+                    help="instead of the chat prompts, --prompts prompts of N random token ids each (the same ids "
+                    "both sides, seeded): prefill of longer prompts, as llama-bench's ppN")
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--baseline", type=Path, help="a second bundle of the same target, alternating with the others "
@@ -218,14 +223,21 @@ def main(argv: list[str] | None = None) -> int:
 
     from benchmarks.lib import llamacpp
     from benchmarks.lib.prompts import CHAT_PROMPTS, prompt_ids
+    from edge_spec.bundle import read_manifest
     from edge_spec.demo import resolve_bundle
 
     if llamacpp.bin_dir() is None:
         raise SystemExit("llama.cpp is not built; run benchmarks/build_llamacpp.sh or set LLAMA_CPP_BIN.")
     bundle = resolve_bundle(args.bundle)
-    prompts = prompt_ids(bundle, list(CHAT_PROMPTS[:args.prompts]))
+    if args.random_prompt:  # ordinary BPE ids of the vocabulary's first part (no special tokens), fixed seed
+        rng = np.random.default_rng(0)
+        vocab = read_manifest(bundle).target.full_vocab_size
+        prompts = [[int(t) for t in rng.integers(100, min(vocab, 100_000), args.random_prompt)]
+                   for _ in range(args.prompts)]
+    else:
+        prompts = prompt_ids(bundle, list(CHAT_PROMPTS[:args.prompts]))
     result: dict[str, Any] = {"bundle": str(bundle), "baseline": str(args.baseline or ""), "gguf": str(args.gguf),
-                              "prompts": args.prompts,
+                              "prompts": args.prompts, "random_prompt": args.random_prompt,
                               "prompt_tokens": [len(p) for p in prompts], "tokens": args.tokens,
                               "rounds": args.rounds, "date": time.strftime("%Y-%m-%d"),
                               "python": platform.python_version(), "onnxruntime": onnxruntime.__version__,
