@@ -39,6 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # purpose: every rank on the first rank's part of the batch moved them by 2e-3 to 8e-2, gradients left unsummed (each
 # rank stepping on its own part) by 2e-3 to 1.4e-2 from the second step on.
 RTOL = 2e-4
+# Both sides train in float32 (precision="fp32"): "auto" picks bfloat16 autocast on a CPU with native bf16 (a Zen 5
+# or a recent Xeon), whose rounding — not the data-parallel split — then moves the losses by ~2e-4 and single
+# weights by a step of Adam's lr (measured on a Zen 5: the test failed there at "auto", on main as before this line).
 
 WORKER = """
 import json, os, sys
@@ -57,6 +60,7 @@ for run in json.loads(Path(sys.argv[1]).read_text()):
             os._exit(3)  # killed: no clean-up, no checkpoint of this step
 
     distill(DistillConfig(target=Path(run["target"]), out=Path(run["out"]), kind=run["kind"], seed=3, threads=1,
+                          precision="fp32",
                           answers=tuple(Path(a) for a in run["answers"]) if run["answers"] else None,
                           data=DataConfig(**run["data"]), train=TrainConfig(**run["train"]),
                           eagle=EagleTrainConfig(**run["eagle"])), log)
@@ -78,6 +82,7 @@ def _run(target: Path, out: Path, kind: str, answers: Path | None = None, stop: 
 def _alone(run: dict, log=lambda m: None) -> None:
     """The same run in this process, one process."""
     distill(DistillConfig(target=Path(run["target"]), out=Path(run["out"]), kind=run["kind"], seed=3, threads=1,
+                          precision="fp32",
                           answers=(Path(run["answers"][0]),) if run["answers"] else None,
                           data=DataConfig(**DATA), train=TrainConfig(**TRAIN),
                           eagle=EagleTrainConfig(**run["eagle"])), log)

@@ -139,11 +139,11 @@ def test_integer_zero_point_option(tensors: dict, name: str) -> None:
 
 def split_session(sw: gs.SplitWeight, level: int) -> ort.InferenceSession:
     """The graph builder's own split subgraph: MatMulNBits(x; d*q) + blocksum(x) @ offsets^T, x [1, S, K]."""
-    from edge_spec.export import onnx_graph
+    from edge_spec.export import graph_linear
     from edge_spec.export.graph_writer import GraphWriter
 
     g = GraphWriter()
-    onnx_graph._split_linear(g, "A", sw, "w", level, outputs=["Y"])
+    graph_linear.split_linear(g, "A", sw, "w", level, outputs=["Y"])
     return session(g.nodes, g.inits, [helper.make_tensor_value_info("A", TensorProto.FLOAT, [1, None, sw.k])], "Y")
 
 

@@ -14,7 +14,7 @@ node on the same input; a 5-row pass against five 1-row passes and 1 against 2 t
 Speed: for each kind (q, k, o, gate, up, v and down in either type, the LM head), one graph holding that kind's
 tensors of every layer (so the weights stream from memory, as in a decode step, rather than sit in cache): the
 custom op on the file's bytes, and today's encoding of the same tensors (``own_build._convert`` with the split
-policy, ``onnx_graph._linear`` at accuracy level 4, exactly what the exporter writes), per node. Sessions use the
+policy, ``graph_linear.linear`` at accuracy level 4, exactly what the exporter writes), per node. Sessions use the
 runtime's options (``session_options``, spinning at 2 threads as the target does); outputs are bound once (IO
 binding); variants, thread counts and row counts alternate within each repeat; medians. The per-node medians
 times the kinds' counts give the quantized matmuls' share of a decode step.
@@ -92,8 +92,8 @@ def today_model(ts: list) -> tuple[bytes, list[str]]:
     """A [1, M, K] -> each tensor as the exporter encodes it today (split policy, accuracy level 4); the ops used."""
     from onnx import helper
 
+    from edge_spec.export.graph_linear import linear as _linear
     from edge_spec.export.graph_writer import GraphWriter
-    from edge_spec.export.onnx_graph import _linear
     from edge_spec.export.own_build import Policy, _convert
 
     g, outs, ops = GraphWriter(), [], []

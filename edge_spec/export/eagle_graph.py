@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from edge_spec.errors import ExportError
+from edge_spec.export import graph_linear
 from edge_spec.export.graph_writer import GraphWriter, save_graph
 from edge_spec.export.onnx_graph import (
     Decoder,
@@ -31,8 +32,6 @@ from edge_spec.export.onnx_graph import (
     Weight,
     _attention,
     _embedding,
-    _linear,
-    _lm_head,
     _mlp,
     kv_layout,
     prologue,
@@ -97,7 +96,7 @@ def build_eagle(w: EagleWeights, spec: GraphSpec, out_path: Path) -> Path:
     if spec.embed_scale is not None:
         e = g.node("Mul", [e, g.init("embed_scale", np.array(spec.embed_scale, dtype=np.float32))], "/embed/Scale")[0]
     th = g.node("Cast", ["target_hidden"], "/fc/Cast", to=1)[0]
-    h = g.node("Add", [_linear(g, th, w.fc, "/fc", lvl), "prev_hidden"], "/fc/Add")[0]
+    h = g.node("Add", [graph_linear.linear(g, th, w.fc, "/fc", lvl), "prev_hidden"], "/fc/Add")[0]
 
     def norm(x: str, weight: np.ndarray, name: str) -> str:
         return g.node("SimplifiedLayerNormalization", [x, g.init(f"{name}.weight", weight.astype(np.float32))],
@@ -114,7 +113,7 @@ def build_eagle(w: EagleWeights, spec: GraphSpec, out_path: Path) -> Path:
     x, _, _, out = g.node("SkipSimplifiedLayerNormalization", [r, m, w_f], "/norm", n_out=4,
                           domain="com.microsoft", epsilon=eps)
     g.node("Identity", [out], "/hidden_out", outputs=["hidden_out"])
-    _lm_head(g, x, Decoder(embed=w.embed, layers=[], final_norm=w.final_norm, lm_head=w.lm_head), lvl)
+    graph_linear.lm_head(g, x, w.lm_head, w.lm_head is w.embed, lvl)
     vocab = w.lm_head.n if hasattr(w.lm_head, "n") else int(np.asarray(w.lm_head).shape[0])
     seq = ["batch_size", "sequence_length"]
     f32 = TensorProto.FLOAT

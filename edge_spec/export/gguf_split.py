@@ -2,7 +2,7 @@
 
 ``--gguf-mode split`` (docs/export.md): w = s*q + m per (sub-)block becomes D + M with D = s*(q - z) in
 MatMulNBits with integer zero points z and M = m + z*s per block, so x @ W^T = MatMulNBits(x; D) +
-blocksum(x) @ M^T (the graph side is ``onnx_graph._split_linear``).
+blocksum(x) @ M^T (the graph side is ``graph_linear.split_linear``).
 """
 
 from __future__ import annotations

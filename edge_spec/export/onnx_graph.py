@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_spec.export import gguf_quant
+from edge_spec.export import gguf_quant, graph_linear
 from edge_spec.export.graph_writer import CUSTOM_DOMAIN, GraphWriter, KVLayout, save_graph
 from edge_spec.export.weights import Weight, concat_rows, is_kquant, is_quant, is_split, n_rows
 
@@ -120,50 +120,6 @@ def rope_caches(spec: GraphSpec) -> tuple[np.ndarray, np.ndarray]:
     return np.cos(freqs).astype(np.float32), np.sin(freqs).astype(np.float32)
 
 
-def _blocksum(g: GraphWriter, x: str, k: int, block: int) -> str:
-    """[1, S, K] -> [1, S, K / block]: the sum of x over each block of ``block`` along K (once per input)."""
-    key = (x, block)
-    if key not in g.blocksums:
-        name = f"{x.rsplit('/output_', 1)[0]}/blocksum{block}"
-        shape = g.init(f"blocksum.shape.{k}.{block}", np.array([0, 0, k // block, block], dtype=np.int64))
-        xb = g.node("Reshape", [x, shape], f"{name}/Reshape")[0]
-        g.blocksums[key] = g.node("ReduceSum", [xb, g.init("axes_last", np.array([-1], dtype=np.int64))],
-                                  f"{name}/ReduceSum", keepdims=0)[0]
-    return g.blocksums[key]
-
-
-def _split_linear(g: GraphWriter, x: str, w: Weight, name: str, level: int, outputs: list[str] | None = None) -> str:
-    """y = x @ W^T for a SplitWeight: MatMulNBits(x; d*q, integer zero points) + blocksum(x) @ offsets^T."""
-    d = _linear(g, x, w.base, f"{name}/MatMulNBits", level)
-    mb = g.init(f"{name}.block_offsets", np.ascontiguousarray(w.offsets.T, dtype=np.float32))  # [K / block, N]
-    m = g.node("MatMul", [_blocksum(g, x, w.k, w.block_size), mb], f"{name}/offsets/MatMul")[0]
-    return g.node("Add", [d, m], f"{name}/offsets/Add", outputs=outputs)[0]
-
-
-def _gguf_matmul(g: GraphWriter, x: str, w: Weight, name: str, init: str, outputs: list[str] | None = None) -> str:
-    """y = x @ W^T straight from a KQuantWeight's super-blocks (edge_spec::GgufMatMul, kernels/kquant/)."""
-    b = init if g.has(init) else g.init(init, w.graph_bytes())
-    return g.node("GgufMatMul", [x, b], name, domain=CUSTOM_DOMAIN, outputs=outputs, ggml_type=w.ggml_type,
-                  interleave=w.interleave)[0]
-
-
-def _linear(g: GraphWriter, x: str, w: Weight, name: str, level: int) -> str:
-    """y = x @ W^T for W [N, K]: MatMulNBits for a QuantWeight, MatMulNBits + block offsets for a SplitWeight,
-    GgufMatMul for a KQuantWeight, MatMul otherwise."""
-    if is_kquant(w):
-        return _gguf_matmul(g, x, w, f"{name}/GgufMatMul", f"{name}.gguf_blocks")
-    if is_split(w):
-        return _split_linear(g, x, w, name, level)
-    if is_quant(w):
-        ins = [x, g.init(f"{name}.qweight", w.packed), g.init(f"{name}.scales", w.scales.reshape(-1))]
-        if w.zero_points is not None:
-            ins.append(g.init(f"{name}.zero_points", w.zero_points.reshape(-1)))
-        return g.node("MatMulNBits", ins, name, domain="com.microsoft", K=w.k, N=w.n, bits=w.bits,
-                      block_size=w.block_size, accuracy_level=level)[0]
-    wt = np.ascontiguousarray(np.asarray(w, dtype=np.float32).T)  # [K, N]
-    return g.node("MatMul", [x, g.init(f"{name}.weight", wt)], name)[0]
-
-
 def _embedding(g: GraphWriter, dec: Decoder) -> str:
     e = dec.embed
     if is_kquant(e):  # the file's Q4_K / Q6_K rows (a tied LM head reads the same initializer)
@@ -204,57 +160,6 @@ def _embedding(g: GraphWriter, dec: Decoder) -> str:
     return g.node("Gather", [g.init("embed.weight", arr.astype(np.float32)), "input_ids"], "/embed/Gather")[0]
 
 
-LOGITS_TO_KEEP = "logits_to_keep"  # optional graph input [1] int64: logits of the last K rows only; 0 = all
-
-
-def _rows_alone(w: Weight, level: int) -> bool:
-    """Does the LM head compute each output row from its input row alone, bit for bit whatever the row count?
-    GgufMatMul (kernels/kquant), 8-bit MatMulNBits with int8 activations and fp32 MatMul of a constant do (export/
-    invariance.py's _row_exact, measured); 4-bit MatMulNBits and the split form's MatMulNBits + offsets need not."""
-    if is_kquant(w):
-        return True
-    if is_split(w):
-        return False
-    if is_quant(w):
-        return w.bits == 8 and level == 4
-    return True
-
-
-def _keep_rows(g: GraphWriter, x: str) -> str:
-    """The final norm's output [1, S, H] -> its last ``logits_to_keep`` rows [1, K, H] (0, the default: all S).
-
-    ``logits_to_keep`` is a graph input with a default initializer (ONNX IR >= 4: overridable), so a caller that
-    never binds it gets every row, as before; a prefill pass binds 1 and skips the LM head for the other rows
-    (transformers' ``logits_to_keep``; llama.cpp computes only the logits a batch asks for). Each row of the LM
-    head depends on its own input row only (:func:`_rows_alone`; graphs whose head does not lack the input), so
-    the logits kept are those an all-rows pass computes, bit for bit."""
-    keep = g.init(LOGITS_TO_KEEP, np.array([0], dtype=np.int64))
-    start = g.node("Neg", [keep], "/keep/Neg")[0]
-    end = g.init("/keep/end", np.array([np.iinfo(np.int64).max], dtype=np.int64))
-    return g.node("Slice", [x, start, end, g.init("/keep/axis", np.array([1], dtype=np.int64))], "/keep/Slice")[0]
-
-
-def _lm_head(g: GraphWriter, x: str, dec: Decoder, level: int, out: str = "logits") -> str:
-    w = dec.lm_head
-    if is_kquant(w):  # tied: the embedding's own initializer
-        init = "embed.gguf_blocks" if w is dec.embed else "lm_head.gguf_blocks"
-        return _gguf_matmul(g, x, w, "/lm_head/GgufMatMul", init, outputs=[out])
-    if w is dec.embed and is_quant(w) and not hasattr(w, "op"):  # tied: the embedding's own blocks
-        return g.node("MatMulNBits", [x, "embed.blocks", "embed.scales"], "/lm_head/MatMulNBits", outputs=[out],
-                      domain="com.microsoft", K=w.k, N=w.n, bits=w.bits, block_size=w.block_size,
-                      accuracy_level=level)[0]
-    if is_split(w):
-        return _split_linear(g, x, w, "/lm_head", level, outputs=[out])
-    if is_quant(w):
-        ins = [x, g.init("lm_head.qweight", w.packed), g.init("lm_head.scales", w.scales.reshape(-1))]
-        if w.zero_points is not None:
-            ins.append(g.init("lm_head.zero_points", w.zero_points.reshape(-1)))
-        return g.node("MatMulNBits", ins, "/lm_head/MatMulNBits", outputs=[out], domain="com.microsoft",
-                      K=w.k, N=w.n, bits=w.bits, block_size=w.block_size, accuracy_level=level)[0]
-    wt = np.ascontiguousarray(np.asarray(w, dtype=np.float32).T)
-    return g.node("MatMul", [x, g.init("lm_head.weight", wt)], "/lm_head/MatMul", outputs=[out])[0]
-
-
 def _head_norm(g: GraphWriter, x: str, w: np.ndarray, heads: int, spec: GraphSpec, name: str) -> str:
     """RMSNorm over each head's vector (Qwen3 q/k norm): [1, S, H*d] -> [1, S, H, d] -> norm -> back."""
     split = g.init(f"{name}.shape4", np.array([0, 0, heads, spec.head_dim], dtype=np.int64))
@@ -279,7 +184,7 @@ def _attention(g: GraphWriter, x: str, i: int, L: Layer, spec: GraphSpec, seqlen
     biases = [L.q_bias, L.k_bias, L.v_bias]
     fused = concat_rows([L.q, L.k, L.v]) if L.q_norm is None else None
     if fused is not None:
-        qkv = _linear(g, x, fused, f"{p}/qkv_proj", lvl)
+        qkv = graph_linear.linear(g, x, fused, f"{p}/qkv_proj", lvl)
         if any(b is not None for b in biases):
             dims = (spec.heads * spec.head_dim, spec.kv_heads * spec.head_dim, spec.kv_heads * spec.head_dim)
             bias = np.concatenate([np.zeros(d, np.float32) if b is None else b.astype(np.float32)
@@ -289,7 +194,7 @@ def _attention(g: GraphWriter, x: str, i: int, L: Layer, spec: GraphSpec, seqlen
     else:
         outs = []
         for nm, w, b in (("q_proj", L.q, L.q_bias), ("k_proj", L.k, L.k_bias), ("v_proj", L.v, L.v_bias)):
-            y = _linear(g, x, w, f"{p}/{nm}", lvl)
+            y = graph_linear.linear(g, x, w, f"{p}/{nm}", lvl)
             if b is not None:
                 y = g.node("Add", [y, g.init(f"{p}/{nm}.bias", b.astype(np.float32))], f"{p}/{nm}/Add")[0]
             outs.append(y)
@@ -314,7 +219,7 @@ def _attention(g: GraphWriter, x: str, i: int, L: Layer, spec: GraphSpec, seqlen
                  softcap=float(spec.attn_softcap))[0]
     if half:
         att = g.node("Cast", [att], f"{p}/GroupQueryAttention/CastF32", to=1)[0]
-    return _linear(g, att, L.o, f"{p}/o_proj", lvl)
+    return graph_linear.linear(g, att, L.o, f"{p}/o_proj", lvl)
 
 
 def _mlp(g: GraphWriter, x: str, i: int, L: Layer, spec: GraphSpec) -> str:
@@ -322,19 +227,19 @@ def _mlp(g: GraphWriter, x: str, i: int, L: Layer, spec: GraphSpec) -> str:
     fused = (concat_rows([L.gate, L.up]) if all(is_quant(w) or is_split(w) or is_kquant(w) for w in (L.gate, L.up))
              else None)
     if fused is not None:  # one kernel launch instead of two; rows are independent, so this is exact
-        gu = _linear(g, x, fused, f"{p}/gate_up_proj", spec.accuracy_level)
+        gu = graph_linear.linear(g, x, fused, f"{p}/gate_up_proj", spec.accuracy_level)
         n = g.init(f"{p}/gate_up_proj.split", np.array([L.gate.n, L.up.n], dtype=np.int64))
         gate, up = g.node("Split", [gu, n], f"{p}/gate_up_proj/Split", n_out=2, axis=-1)
     else:
-        gate = _linear(g, x, L.gate, f"{p}/gate_proj", spec.accuracy_level)
-        up = _linear(g, x, L.up, f"{p}/up_proj", spec.accuracy_level)
+        gate = graph_linear.linear(g, x, L.gate, f"{p}/gate_proj", spec.accuracy_level)
+        up = graph_linear.linear(g, x, L.up, f"{p}/up_proj", spec.accuracy_level)
     if spec.activation == "gelu_tanh":  # Gemma: gelu_pytorch_tanh (ONNX Gelu-20, tanh approximation)
         act = g.node("Gelu", [gate], f"{p}/act_fn/Gelu", approximate="tanh")[0]
     else:
         sig = g.node("Sigmoid", [gate], f"{p}/act_fn/Sigmoid")[0]
         act = g.node("Mul", [gate, sig], f"{p}/act_fn/Mul")[0]
     h = g.node("Mul", [act, up], f"{p}/Mul")[0]
-    return _linear(g, h, L.down, f"{p}/down_proj", spec.accuracy_level)
+    return graph_linear.linear(g, h, L.down, f"{p}/down_proj", spec.accuracy_level)
 
 
 def _rms(g: GraphWriter, x: str, w: np.ndarray, name: str, eps: float) -> str:
@@ -412,19 +317,21 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
                                                "/model/norm", n_out=4, domain="com.microsoft", epsilon=eps)
     if spec.feature_layers:
         _features(g, [streams[j] for j in spec.feature_layers])
-    keeps = _rows_alone(dec.lm_head, spec.accuracy_level)
+    keeps = graph_linear.rows_alone(dec.lm_head, spec.accuracy_level)
     if keeps:
-        x = _keep_rows(g, x)
+        x = graph_linear.keep_rows(g, x)
+    tied, lvl = dec.lm_head is dec.embed, spec.accuracy_level
     if spec.final_softcap > 0:  # Gemma 2: logits = cap * tanh(logits / cap), in the order transformers uses
         cap = g.init("final_softcap", np.array(spec.final_softcap, dtype=np.float32))
-        z = g.node("Div", [_lm_head(g, x, dec, spec.accuracy_level, out="/lm_head/output"), cap], "/softcap/Div")[0]
+        head = graph_linear.lm_head(g, x, dec.lm_head, tied, lvl, out="/lm_head/output")
+        z = g.node("Div", [head, cap], "/softcap/Div")[0]
         g.node("Mul", [g.node("Tanh", [z], "/softcap/Tanh")[0], cap], "/softcap/Mul", outputs=["logits"])
     else:
-        _lm_head(g, x, dec, spec.accuracy_level)
+        graph_linear.lm_head(g, x, dec.lm_head, tied, lvl)
     vocab_out = n_rows(dec.lm_head)
 
     extra_out = []
-    keep_in = [helper.make_tensor_value_info(LOGITS_TO_KEEP, TensorProto.INT64, [1])] if keeps else []
+    keep_in = [helper.make_tensor_value_info(graph_linear.LOGITS_TO_KEEP, TensorProto.INT64, [1])] if keeps else []
     if spec.feature_layers:
         extra_out.append(helper.make_tensor_value_info(
             "hidden_states", TensorProto.FLOAT16, ["batch_size", "sequence_length",
