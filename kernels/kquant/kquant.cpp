@@ -13,6 +13,7 @@
 // written here from the formats above; only the structure is the same. Build with -ffp-contract=off so that
 // the compiler never fuses the scalar float operations differently in the 1- to 4-row variants.
 #include "kquant.h"
+#include "kquant_masks.h"
 
 #include <immintrin.h>
 
@@ -175,14 +176,8 @@ void q6k_rows(const BlockQ8* const* q8, int64_t nb, const uint8_t* w, int64_t ro
 // Eight rows of W at once (layout in kquant.h): each 256-bit load holds 4 codes of each row; the activations'
 // 4 matching bytes are broadcast, so one maddubs serves 8 rows, and a sub-block's 8 maddubs are summed in int16
 // (at most 8 * 2 * 15 * 127 = 30480) before one madd applies the 8 rows' scales.
-// Shuffle masks: int16 lanes (2r, 2r + 1) of the result = bytes (k, k) [pick16] or (k, k + 1) [pick16_pair] of
-// 32-bit lane r, zero-extended.
-alignas(32) constexpr int8_t kPick[2][4][32] = {
-#define KQ_M(a, b) a, -128, b, -128, a + 4, -128, b + 4, -128, a + 8, -128, b + 8, -128, a + 12, -128, b + 12, -128
-    {{KQ_M(0, 0), KQ_M(0, 0)}, {KQ_M(1, 1), KQ_M(1, 1)}, {KQ_M(2, 2), KQ_M(2, 2)}, {KQ_M(3, 3), KQ_M(3, 3)}},
-    {{KQ_M(0, 1), KQ_M(0, 1)}, {KQ_M(1, 2), KQ_M(1, 2)}, {KQ_M(2, 3), KQ_M(2, 3)}, {KQ_M(3, 3), KQ_M(3, 3)}},
-#undef KQ_M
-};
+// Shuffle masks (kquant_masks.h): int16 lanes (2r, 2r + 1) of the result = bytes (k, k) [pick16] or (k, k + 1)
+// [pick16_pair] of 32-bit lane r, zero-extended.
 
 inline __m256i pick16(__m256i v, int k) {
     return _mm256_shuffle_epi8(v, _mm256_load_si256(reinterpret_cast<const __m256i*>(kPick[0][k])));
@@ -258,12 +253,6 @@ void q4k_x8_rows(const BlockQ8* const* q8, int64_t nb, const uint8_t* w, int64_t
 // ------------------------------------------------------------------------------------------------ Q6_K x8
 // Eight rows at once as for Q4_K; codes reach 63, so two maddubs (at most 2 * 2 * 63 * 127 = 32004) are summed
 // in int16 before each madd with the rows' scales; the codes' -32 is taken off through the sums per 16.
-alignas(32) constexpr int8_t kPickSigned[2][4][32] = {  // int16 lanes (2r, 2r+1) = bytes (k, k) / (k, k+1) << 8
-#define KQ_S(a, b) -128, a, -128, b, -128, a + 4, -128, b + 4, -128, a + 8, -128, b + 8, -128, a + 12, -128, b + 12
-    {{KQ_S(0, 0), KQ_S(0, 0)}, {KQ_S(1, 1), KQ_S(1, 1)}, {KQ_S(2, 2), KQ_S(2, 2)}, {KQ_S(3, 3), KQ_S(3, 3)}},
-    {{KQ_S(0, 1), KQ_S(0, 1)}, {KQ_S(1, 2), KQ_S(1, 2)}, {KQ_S(2, 3), KQ_S(2, 3)}, {KQ_S(3, 3), KQ_S(3, 3)}},
-#undef KQ_S
-};
 
 inline __m256i pick_signed(__m256i v, int pair, int k) {  // sign-extended int8 -> int16
     const __m256i m = _mm256_load_si256(reinterpret_cast<const __m256i*>(kPickSigned[pair][k]));

@@ -15,26 +15,13 @@
 #include <cstring>
 
 #include "kquant.h"
+#include "kquant_masks.h"
 
 // Per function rather than for the file (GCC and clang both take it): the library stays loadable on AVX2-only CPUs.
 #define KQ_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
 
 namespace kquant {
 namespace {
-
-// int16 lanes (2r, 2r + 1) = bytes (k, k + 1) of 32-bit lane r, zero-extended (kquant.cpp's pick16_pair)
-alignas(32) constexpr int8_t kPickPair[4][32] = {
-#define KQ_M(a, b) a, -128, b, -128, a + 4, -128, b + 4, -128, a + 8, -128, b + 8, -128, a + 12, -128, b + 12, -128
-    {KQ_M(0, 1), KQ_M(0, 1)}, {KQ_M(1, 2), KQ_M(1, 2)}, {KQ_M(2, 3), KQ_M(2, 3)}, {KQ_M(3, 3), KQ_M(3, 3)},
-#undef KQ_M
-};
-
-// int16 lanes (2r, 2r + 1) = bytes (k, k + 1) of 32-bit lane r, sign-extended (kquant.cpp's pick_signed(., 1, k))
-alignas(32) constexpr int8_t kPickPairSigned[4][32] = {
-#define KQ_S(a, b) -128, a, -128, b, -128, a + 4, -128, b + 4, -128, a + 8, -128, b + 8, -128, a + 12, -128, b + 12
-    {KQ_S(0, 1), KQ_S(0, 1)}, {KQ_S(1, 2), KQ_S(1, 2)}, {KQ_S(2, 3), KQ_S(2, 3)}, {KQ_S(3, 3), KQ_S(3, 3)},
-#undef KQ_S
-};
 
 // Two vector widths, one kernel each for Q4_K and Q6_K (templates over W below):
 //   W8:  256-bit vectors, one group of 8 rows per call: one load stream, what decode steps (M = 1, 2) stream
@@ -162,7 +149,7 @@ KQ_VNNI void q4k_rows(const BlockQ8* const* q8, int64_t nb, const uint8_t* w, in
         for (int j = 0; j < 4; ++j) {
             const I& scs = j < 2 ? sc03 : sc47;
             const I s_lo = byte_u32<V>(scs, (2 * j) & 3), s_hi = byte_u32<V>(scs, (2 * j + 1) & 3);
-            const I mins = V::shuffle(j < 2 ? mn03 : mn47, kPickPair[(2 * j) & 3]);
+            const I mins = V::shuffle(j < 2 ? mn03 : mn47, kPick[1][(2 * j) & 3]);
             I alo[R], ahi[R];
             for (int r = 0; r < R; ++r) alo[r] = ahi[r] = V::zero();
 #pragma GCC unroll 8
@@ -208,7 +195,7 @@ KQ_VNNI void q6k_rows(const BlockQ8* const* q8, int64_t nb, const uint8_t* w, in
         for (int r = 0; r < R; ++r) {  // the codes' -32: 32 * sum over sub-blocks of scale * (sum of a)
             I s = V::zero();
             for (int k = 0; k < 8; ++k) {
-                const I pair = V::sra16(V::shuffle(planes[k / 2], kPickPairSigned[(2 * k) % 4]), 8);
+                const I pair = V::sra16(V::shuffle(planes[k / 2], kPickSigned[1][(2 * k) % 4]), 8);
                 s = V::add(s, V::madd16(pair, V::bcast4(q8[r][i].bsums + 2 * k)));
             }
             isum[r] = V::sub(V::zero(), V::sll32(s, 5));
