@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edge_spec.export.graph_writer import CUSTOM_DOMAIN, GraphWriter
+from edge_spec.export.graph_writer import CUSTOM_DOMAIN, LOGITS_TO_KEEP, GraphWriter
 from edge_spec.export.weights import Weight, is_kquant, is_quant, is_split
 
 
@@ -55,9 +55,6 @@ def linear(g: GraphWriter, x: str, w: Weight, name: str, level: int) -> str:
                       block_size=w.block_size, accuracy_level=level)[0]
     wt = np.ascontiguousarray(np.asarray(w, dtype=np.float32).T)  # [K, N]
     return g.node("MatMul", [x, g.init(f"{name}.weight", wt)], name)[0]
-
-
-LOGITS_TO_KEEP = "logits_to_keep"  # optional graph input [1] int64: logits of the last K rows only; 0 = all
 
 
 def rows_alone(w: Weight, level: int) -> bool:

@@ -105,6 +105,7 @@ class GraphWriter:
         return outs
 
 
+LOGITS_TO_KEEP = "logits_to_keep"  # optional graph input [1] int64: logits of the last K rows only; 0 = all
 CUSTOM_DOMAIN = "edge_spec"  # the ops of edge-spec's own kernel library (kernels/kquant/)
 
 
@@ -128,7 +129,7 @@ def save_graph(g: GraphWriter, n_layers: int, vocab_out: int, out_path: Path, kv
     inputs = [helper.make_tensor_value_info("input_ids", i64, ["batch_size", "sequence_length"]),
               helper.make_tensor_value_info("attention_mask", i64, ["batch_size", "total_sequence_length"]),
               *(extra_inputs or [])]
-    keeps = any(i.name == "logits_to_keep" for i in extra_inputs or [])  # fewer logits rows than input rows
+    keeps = any(i.name == LOGITS_TO_KEEP for i in extra_inputs or [])  # fewer logits rows than input rows
     rows = "logits_sequence_length" if keeps else "sequence_length"
     outputs = [helper.make_tensor_value_info("logits", f32, ["batch_size", rows, vocab_out]),
                *(extra_outputs or [])]

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_spec.export import gguf_quant, graph_linear
-from edge_spec.export.graph_writer import CUSTOM_DOMAIN, GraphWriter, KVLayout, save_graph
+from edge_spec.export.graph_writer import CUSTOM_DOMAIN, LOGITS_TO_KEEP, GraphWriter, KVLayout, save_graph
 from edge_spec.export.weights import Weight, concat_rows, is_kquant, is_quant, is_split, n_rows
 
 
@@ -331,7 +331,7 @@ def build_decoder(dec: Decoder, spec: GraphSpec, out_path: Path) -> Path:
     vocab_out = n_rows(dec.lm_head)
 
     extra_out = []
-    keep_in = [helper.make_tensor_value_info(graph_linear.LOGITS_TO_KEEP, TensorProto.INT64, [1])] if keeps else []
+    keep_in = [helper.make_tensor_value_info(LOGITS_TO_KEEP, TensorProto.INT64, [1])] if keeps else []
     if spec.feature_layers:
         extra_out.append(helper.make_tensor_value_info(
             "hidden_states", TensorProto.FLOAT16, ["batch_size", "sequence_length",

@@ -23,7 +23,7 @@ from edge_spec.runtime.options import session_options
 from edge_spec.runtime.providers import Device
 
 _DTYPES = {"float32": np.float32, "float16": np.float16}
-KEEP = "logits_to_keep"  # export/graph_linear.py's optional input: logits of the pass's last K rows (0 = all)
+KEEP = "logits_to_keep"  # export/graph_writer.py's LOGITS_TO_KEEP: logits of the pass's last K rows (0 = all)
 
 
 class ModelSession:
