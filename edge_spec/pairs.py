@@ -151,8 +151,8 @@ DEMO = Pair(
 CODER = Pair(
     name="coder", title="the coder pair (Qwen2.5-Coder-1.5B-Instruct + Qwen2.5-Coder-0.5B-Instruct, Q4_K_M)",
     target=QWEN_CODER_1_5B, drafter=QWEN_CODER_0_5B,
-    # --gguf-mode auto: the files' Q4_K / Q6_K blocks as they are, on edge-spec's compiled K-quant kernels where they
-    # run (docs/export.md, "GGUF in"), else split
+    # --gguf-mode auto: the files' Q4_K / Q6_K (the 0.5B's: also Q5_0 / Q8_0) blocks as they are, on edge-spec's
+    # compiled K-quant kernels where they run (docs/export.md, "GGUF in"), else split
     # --default-drafting lookup: prompt lookup alone was the fastest drafting of this pair, at both temperatures, on
     # code and chat prompts, and loads no drafter model (2026-12-02, docs/pairs.md "Drafting"); --drafting hybrid or
     # model still drafts with the 0.5B

@@ -59,7 +59,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--lm-head", choices=("int8", "fp32"),
                    help="Hugging Face checkpoints: keep the LM head at int8 or fp32 under an int4/int8 body")
     p.add_argument("--gguf-mode", choices=("auto", "kquant", "split", "exact", "fast", "compact"), default="auto",
-                   help="GGUF tensors: kquant = Q4_K / Q6_K tensors keep the file's bytes and run on edge-spec's "
+                   help="GGUF tensors: kquant = Q4_K / Q6_K (and Q8_0 / Q5_0 layer) tensors keep the file's bytes and "
+                        "run on edge-spec's "
                         "compiled K-quant kernels (the graph at the file's size; other types as split); auto = "
                         "kquant where those kernels run here, else split (default); split = float-offset types "
                         "(Q4_1, Q4_K, Q2_K, Q5_1, Q5_K) as exact d*q MatMulNBits + block sums times the block offsets "
@@ -155,7 +156,9 @@ def _export_mobile(args: argparse.Namespace, opts: ExportOptions) -> int:
         raise ExportError(f"Cannot write to the output directory '{parent}' ({exc.strerror}); choose a writable "
                           "--out location.") from None
     try:
-        export_bundle(args.target, args.drafter, work / "onnx", replace(opts, force=False))
+        # ONNX Runtime Mobile cannot load edge-spec's kernels: --gguf-mode auto means ONNX Runtime's own ops here
+        mode = "split" if opts.gguf_mode == "auto" else opts.gguf_mode
+        export_bundle(args.target, args.drafter, work / "onnx", replace(opts, force=False, gguf_mode=mode))
         m = package_bundle(work / "onnx", out, force=args.force)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -123,17 +123,19 @@ class Policy:
     otherwise as exact.
     fast: Q4_1/Q4_K/Q2_K as 8-bit integer zero points (not exact, error <= s/32); run it at accuracy_level 4.
     compact: MatMulNBits everywhere, float zero points included (smallest; slow fallbacks on CPU).
-    kquant: Q4_K / Q6_K tensors keep the file's bytes and run on edge-spec's own kernels (GgufMatMul /
-    GgufGather, export/gguf_kquant.py; the runtime needs the compiled library); other types as split."""
+    kquant: Q4_K / Q6_K tensors (and Q8_0 / Q5_0 layer weights of N a multiple of 8) keep the file's bytes and
+    run on edge-spec's own kernels (GgufMatMul / GgufGather, export/gguf_kquant.py; the runtime needs the
+    compiled library); other types as split."""
 
     mode: str = "exact"
     accuracy_level: int = 1
 
 
-def _convert(t: Any, policy: Policy) -> tuple[Any, str]:
-    """A GGUF linear tensor [N, K] -> (graph weight, operator name)."""
+def _convert(t: Any, policy: Policy, head: bool = False) -> tuple[Any, str]:
+    """A GGUF linear tensor [N, K] -> (graph weight, operator name); ``head``: the LM head (VocabTrim may take
+    its rows)."""
     if policy.mode == "kquant":
-        if gguf_kquant.supports(t.tensor_type.name):
+        if gguf_kquant.supports(t.tensor_type.name, None if head else int(t.data.shape[0])):
             return gguf_kquant.from_gguf(t), "GgufMatMul"
         policy = dataclasses.replace(policy, mode="split")
     if policy.mode == "split":
@@ -177,7 +179,7 @@ def _head_and_embedding(m: gguf_src.GGUFModel, report: list, kept: np.ndarray | 
     emb_t = m.tensors["token_embd.weight"]
     head_name = "output.weight" if "output.weight" in m.tensors else "token_embd.weight"
     head_t = m.tensors[head_name]
-    head, h_op = _convert(head_t, policy)
+    head, h_op = _convert(head_t, policy, head=True)
     tied = head_name == "token_embd.weight"
     embed: Any
     if tied and is_kquant(head):

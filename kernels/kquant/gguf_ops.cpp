@@ -4,10 +4,11 @@
 // GgufMatMul
 //   inputs:  A float32 [..., K];  B uint8 [N, K / 256 * block_bytes]: the GGUF tensor's rows of super-blocks as
 //            stored in the file (Q4_K: 144 bytes per 256 values, Q6_K: 210)
-//   attr:    ggml_type (int): 12 = Q4_K, 14 = Q6_K
+//   attr:    ggml_type (int): 12 = Q4_K, 14 = Q6_K; 8 = Q8_0, 6 = Q5_0 (blocks of 32, interleave 8 only)
 //            interleave (int, optional): 0 = the file's row order (default), 8 = rows interleaved by 8
 //            (kquant.h: the same bytes reordered; N a multiple of 8)
-//   output:  Y float32 [..., N] = A @ W^T, W the dequantized tensor (A's rows quantized to int8 per 256 first)
+//   output:  Y float32 [..., N] = A @ W^T, W the dequantized tensor (A's rows quantized to int8 per 256 first;
+//            per 32 for Q8_0 / Q5_0)
 // GgufGather (an embedding lookup; the data first, as ONNX Gather)
 //   inputs:  B uint8 [N, row_bytes] as GgufMatMul's B (same attributes);  ids int64 [...], each in [0, N)
 //   output:  float32 [..., K], K = row_bytes / block_bytes * 256: rows ids of W dequantized exactly as ggml's
@@ -49,7 +50,8 @@ struct Kernel {
 struct Task {
     int ggml_type;
     int interleave;
-    const kquant::BlockQ8* q8;
+    const kquant::BlockQ8* q8;    // K-quants: activations per 256
+    const kquant::BlockQ32* q32;  // Q8_0 / Q5_0: activations per 32
     int64_t m, nb, n;
     const uint8_t* w;
     int64_t row_bytes;
@@ -60,7 +62,9 @@ void run_task(void* data, size_t index) {
     const Task& t = *static_cast<const Task*>(data);
     const int64_t n0 = static_cast<int64_t>(index) * kRowsPerTask;
     const int64_t n1 = n0 + kRowsPerTask < t.n ? n0 + kRowsPerTask : t.n;
-    if (t.interleave == 8)
+    if (t.q32 != nullptr)
+        kquant::gemm32_x8(t.ggml_type, t.q32, t.m, t.nb, t.w, n0, n1, t.y, t.n);
+    else if (t.interleave == 8)
         kquant::gemm_rows_x8(t.ggml_type, t.q8, t.m, t.nb, t.w, n0, n1, t.y, t.n);
     else
         kquant::gemm_rows(t.ggml_type, t.q8, t.m, t.nb, t.w, t.row_bytes, n0, n1, t.y, t.n);
@@ -102,9 +106,11 @@ OrtStatus* compute_matmul(const Kernel& k, OrtKernelContext* ctx) {
     if (ad.empty()) return fail("GgufMatMul: A must have at least one dimension [..., K]");
     if (bd.size() != 2) return fail("GgufMatMul: B must be uint8 [N, bytes per row], the GGUF tensor's rows");
     const int64_t kdim = ad.back(), n = bd[0], row_bytes = bd[1];
-    const int bb = kquant::block_bytes(k.ggml_type);
-    if (kdim % kquant::QK != 0) return fail("GgufMatMul: K = " + std::to_string(kdim) + " is not a multiple of 256");
-    const int64_t nb = kdim / kquant::QK;
+    const int bb = kquant::block_bytes(k.ggml_type), qk = kquant::block_values(k.ggml_type);
+    if (kdim % qk != 0)
+        return fail("GgufMatMul: K = " + std::to_string(kdim) + " is not a multiple of " + std::to_string(qk) +
+                    " (the block of ggml_type " + std::to_string(k.ggml_type) + ")");
+    const int64_t nb = kdim / qk;
     if (row_bytes != nb * bb)
         return fail("GgufMatMul: B has " + std::to_string(row_bytes) + " bytes per row; K = " + std::to_string(kdim) +
                     " needs " + std::to_string(nb * bb) + " for ggml_type " + std::to_string(k.ggml_type));
@@ -126,12 +132,19 @@ OrtStatus* compute_matmul(const Kernel& k, OrtKernelContext* ctx) {
     if (m == 0 || n == 0) return nullptr;
 
     thread_local std::vector<kquant::BlockQ8> q8;
-    q8.resize(static_cast<size_t>(m * nb));
+    thread_local std::vector<kquant::BlockQ32> q32;
     const float* a = static_cast<const float*>(a_ptr);
-    for (int64_t r = 0; r < m; ++r) kquant::quantize_row_q8(a + r * kdim, q8.data() + r * nb, kdim);
+    const bool small = qk == kquant::QK32;
+    if (small) {
+        q32.resize(static_cast<size_t>(m * nb));
+        for (int64_t r = 0; r < m; ++r) kquant::quantize_row_q32(a + r * kdim, q32.data() + r * nb, kdim);
+    } else {
+        q8.resize(static_cast<size_t>(m * nb));
+        for (int64_t r = 0; r < m; ++r) kquant::quantize_row_q8(a + r * kdim, q8.data() + r * nb, kdim);
+    }
 
-    Task task{k.ggml_type, k.interleave, q8.data(), m, nb, n, static_cast<const uint8_t*>(b_ptr), row_bytes,
-              static_cast<float*>(y_ptr)};
+    Task task{k.ggml_type, k.interleave, small ? nullptr : q8.data(), small ? q32.data() : nullptr, m, nb, n,
+              static_cast<const uint8_t*>(b_ptr), row_bytes, static_cast<float*>(y_ptr)};
     const size_t tasks = static_cast<size_t>((n + kRowsPerTask - 1) / kRowsPerTask);
     return g_api->KernelContext_ParallelFor(ctx, run_task, tasks, 0, &task);
 }
@@ -207,10 +220,12 @@ OrtStatus* ORT_API_CALL create_kernel_v2(const OrtCustomOp* op, const OrtApi* ap
     const Op& o = op_of(op);
     int64_t t = 0;
     ORT_TRY(api->KernelInfoGetAttribute_int64(info, "ggml_type", &t));
-    if (kquant::block_bytes(static_cast<int>(t)) == 0)
+    const bool small = kquant::block_values(static_cast<int>(t)) == kquant::QK32;
+    if (kquant::block_bytes(static_cast<int>(t)) == 0 || (small && o.kind == OpKind::kGather))
         return api->CreateStatus(ORT_INVALID_ARGUMENT,
-                                 (std::string(o.name) + ": ggml_type " + std::to_string(t) +
-                                  " is not supported; use 12 (Q4_K) or 14 (Q6_K)").c_str());
+                                 (std::string(o.name) + ": ggml_type " + std::to_string(t) + " is not supported; use " +
+                                  (o.kind == OpKind::kGather ? "12 (Q4_K) or 14 (Q6_K)"
+                                                             : "12 (Q4_K), 14 (Q6_K), 8 (Q8_0) or 6 (Q5_0)")).c_str());
     int64_t il = 0;
     if (OrtStatus* st = api->KernelInfoGetAttribute_int64(info, "interleave", &il)) {  // absent: file order
         api->ReleaseStatus(st);
@@ -219,6 +234,9 @@ OrtStatus* ORT_API_CALL create_kernel_v2(const OrtCustomOp* op, const OrtApi* ap
     if (il != 0 && il != 8)
         return api->CreateStatus(ORT_INVALID_ARGUMENT, (std::string(o.name) + ": interleave " + std::to_string(il) +
                                                         " is not supported; use 0 or 8").c_str());
+    if (small && il != 8)
+        return api->CreateStatus(ORT_INVALID_ARGUMENT, (std::string(o.name) + ": ggml_type " + std::to_string(t) +
+                                                        " runs on rows interleaved by 8 only; use interleave 8").c_str());
     *kernel = new (std::nothrow) Kernel{o.kind, static_cast<int>(t), static_cast<int>(il)};
     return *kernel ? nullptr : api->CreateStatus(ORT_FAIL, (std::string(o.name) + ": out of memory").c_str());
 }
