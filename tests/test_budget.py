@@ -155,3 +155,27 @@ def test_loading_peak_is_within_the_budget_too():
     spec_floor = load_floor(d_big, "speculative", BASE)
     assert spec_floor == BASE + 100 * MiB + 16 * 8192 * 4 + 300 * MiB + SLACK_BYTES
     assert plan_memory(d_big, spec_floor - MiB, BASE).mode == "lookup"  # the drafter cannot even be loaded
+
+
+def test_row_tables_count_one_pass_of_rows():
+    """An embedding in ``row_tables`` is let go after every pass (runtime/memory.py RowTables, Linux): the plan
+    counts the pages one pass's rows can make resident (each row's group of 8 interleaved rows, the kernel's
+    fault-around and a page), not the whole table; elsewhere, or without row_tables, the whole table."""
+    from dataclasses import replace
+
+    from edge_spec.runtime import budget
+    from edge_spec.runtime.memory import FAULT_AROUND_BYTES
+
+    m = manifest()
+    table = 8192 * 864  # a 864-byte row per token of the full vocabulary
+    whole = replace(m, target=replace(m.target, gather_bytes=table, data_files=("target/embed.data",)))
+    rows = replace(whole, target=replace(whole.target, row_tables=["target/embed.data"]))
+    key_whole = "target embedding table (mapped; pages resident as tokens appear, counted whole)"
+    assert dict(plan_memory(whole, None, BASE).items)[key_whole] == table
+    plan = plan_memory(rows, None, BASE)
+    got = dict(plan.items).get("target embedding table (mapped; the rows of one pass: let go after each)")
+    if budget.RELEASES_ROW_TABLES:
+        assert got == plan.target_rows * (8 * 864 + FAULT_AROUND_BYTES + 4096) < table
+        assert plan.total_bytes == plan_memory(whole, None, BASE).total_bytes - table + got
+    else:
+        assert got is None and dict(plan.items)[key_whole] == table

@@ -1,11 +1,14 @@
 """--gguf-mode kquant: a GGUF's Q4_K / Q6_K tensors go into the graph byte for byte and run on edge-spec's own
 kernels (edge_spec::GgufMatMul / GgufGather, kernels/kquant/). A tiny random qwen2 with the coder pair's mix of
-types (Q4_K layers, Q6_K attention V and FFN down, a tied Q6_K embedding; a drafter with an untied Q4_K embedding
-and a Q6_K output) exports at the file's size, follows transformers on the same file, and decodes losslessly:
-greedy speculative == greedy with no drafter == a plain ONNX Runtime loop over the target graph."""
+types (Q4_K layers, Q6_K attention V and FFN down, a tied Q6_K embedding; a drafter with an untied Q4_K embedding,
+a Q6_K output and the 0.5B's Q5_0 / Q8_0 layer weights) exports at the file's size, follows transformers on the
+same file, and decodes losslessly: greedy speculative == greedy with no drafter == a plain ONNX Runtime loop over
+the target graph."""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,8 +30,9 @@ pytestmark = pytest.mark.skipif(not kernels.available() and not kquant_expected(
                                 reason=f"edge-spec's K-quant kernels do not run here ({kernels.kquant_library()[1]})")
 
 
-def write_kquant_gguf(path: Path, layers: int, seed: int, tied: bool) -> Path:
-    """A random qwen2 decoder as GGUF with Q4_K_M's tensor types (hidden 256: K-quants need K % 256 == 0)."""
+def write_kquant_gguf(path: Path, layers: int, seed: int, tied: bool, small: bool = False) -> Path:
+    """A random qwen2 decoder as GGUF with Q4_K_M's tensor types (hidden 256: K-quants need K % 256 == 0);
+    ``small``: the layers' q, k, o, gate, up as Q5_0 and v as Q8_0, as Q4_K_M stores Qwen2.5-0.5B (896 columns)."""
     tokens, merges = _vocab()
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), "qwen2")
@@ -37,7 +41,15 @@ def write_kquant_gguf(path: Path, layers: int, seed: int, tied: bool) -> Path:
     write_tokenizer(w, tokens, merges)
 
     def kq(name: str, type_name: str, n: int, k: int, std: float = 0.08) -> None:
-        w.add_tensor(name, random_kquant(rng, type_name, n, k, std), raw_dtype=getattr(Q, type_name))
+        if small and type_name == "Q4_K" and "embd" not in name and "down" not in name:
+            type_name = "Q5_0"
+        if small and name.endswith("attn_v.weight"):
+            type_name = "Q8_0"
+        if type_name in ("Q5_0", "Q8_0"):  # gguf-py quantizes these itself
+            data = gguf.quants.quantize(rng.normal(0, std, (n, k)).astype(np.float32), getattr(Q, type_name))
+        else:
+            data = random_kquant(rng, type_name, n, k, std)
+        w.add_tensor(name, data, raw_dtype=getattr(Q, type_name))
 
     if tied:
         kq("token_embd.weight", "Q6_K", len(tokens), HIDDEN, 0.5)
@@ -66,7 +78,7 @@ def write_kquant_gguf(path: Path, layers: int, seed: int, tied: bool) -> Path:
 def kquant_bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("kquant")
     target = write_kquant_gguf(root / "target.gguf", 2, seed=1, tied=True)
-    drafter = write_kquant_gguf(root / "drafter.gguf", 1, seed=2, tied=False)
+    drafter = write_kquant_gguf(root / "drafter.gguf", 1, seed=2, tied=False, small=True)
     prompts = root / "prompts.txt"
     prompts.write_text("chat:hello world\nchat:what is the capital of the world\ndef hello():\\n\n", encoding="utf-8")
     out = root / "bundle"
@@ -109,6 +121,16 @@ def test_kquant_graph_carries_the_files_bytes(kquant_bundle: tuple[Path, Path]) 
     d_rows = {t["name"]: t for t in m.drafter.tensors}
     assert d_rows["token_embd.weight"]["onnx_op"] == "GgufGather"
     assert d_rows["output.weight (LM head)"]["onnx_op"] == "GgufMatMul (VocabTrim rows)"
+    small = [t for t in gguf.GGUFReader(str(target.parent / "drafter.gguf")).tensors
+             if t.tensor_type.name in ("Q5_0", "Q8_0")]
+    assert {t.tensor_type.name for t in small} == {"Q5_0", "Q8_0"}
+    for t in small:  # the drafter's blocks of 32 on the kernels too, at the file's bytes
+        row = d_rows[t.name]
+        assert row["onnx_op"] == "GgufMatMul" and row["exact"] and row["bytes"] == t.n_bytes, t.name
+        assert row["block"] == 32 and row["bits"] == {"Q5_0": 5, "Q8_0": 8}[t.tensor_type.name]
+    dg = onnx.load(str(out / m.drafter.graph), load_external_data=False).graph
+    assert {a.i for n in dg.node if n.op_type == "GgufMatMul" for a in n.attribute if a.name == "ggml_type"} == {
+        6, 8, 14}  # one layer: its down projection is Q6_K
 
 
 @pytest.mark.slow
@@ -152,6 +174,41 @@ def test_kquant_bundle_decodes_losslessly(kquant_bundle: tuple[Path, Path]) -> N
         ids.append(int(logits[-1].argmax()))
         logits = dec.forward([ids[-1]], len(ids) - 1)
     assert ids[len(prompt):] == list(plain)
+
+
+def _resident_kib(path: Path) -> int:
+    """kB of this process's mappings of ``path`` that are resident now (/proc/self/smaps)."""
+    real, total, cur = os.path.realpath(path), 0, None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):
+            cur = head[5] if len(head) > 5 else ""
+        elif head and head[0] == "Rss:" and cur == real:
+            total += int(head[1])
+    return total
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pages are let go with madvise (Linux)")
+def test_embedding_rows_are_let_go_after_each_pass(kquant_bundle: tuple[Path, Path]) -> None:
+    """The drafter's untied embedding is read only by row: its file is a row table, whose pages the session lets go
+    after every pass (the plan counts one pass's rows); the target's tied one, which the LM head reads whole, is not."""
+    from edge_spec.runtime.engine import Engine
+
+    _, out = kquant_bundle
+    m = read_manifest(out)
+    assert m.target.row_tables == [] and m.drafter.row_tables == ["drafter/embed.data"]
+    engine = Engine.load(out, drafting="model", max_context=128)
+    d = engine.drafter
+    assert d.row_tables is not None and d.row_tables.ranges and engine.target.row_tables is None
+    table = out / "drafter" / "embed.data"
+    d.forward(list(range(1, 17)))
+    assert _resident_kib(table) == 0  # let go inside forward, after the pass
+    tables, d.row_tables = d.row_tables, None
+    d.forward(list(range(17, 33)))
+    assert _resident_kib(table) > 0  # without the release the rows read stay mapped
+    tables.release()
+    assert _resident_kib(table) == 0
+    assert any(w.startswith("drafter embedding table (mapped; the rows of one pass") for w, _ in engine.plan.items)
 
 
 def test_prefill_skips_the_lm_head_of_rows_it_does_not_need(kquant_bundle: tuple[Path, Path]) -> None:

@@ -23,7 +23,7 @@ PROMPTS = ([1, 60, 61, 300, 5, 100], [7, 8, 9, 10, 11, 12, 7, 8, 9], [200, 201, 
 # ------------------------------------------------------------------------------ the manifest field (fast)
 def test_graph_format_defaults_to_onnx_and_is_checked() -> None:
     data = json.loads(json.dumps(make_manifest().to_json()))
-    assert data["version"] == SCHEMA_VERSION == 12 and data["target"]["graph_format"] == "onnx"
+    assert data["version"] == SCHEMA_VERSION == 13 and data["target"]["graph_format"] == "onnx"
     for role in ("target", "drafter"):  # a version-5 manifest has no such field: its graphs are ONNX
         del data[role]["graph_format"]
     data["version"] = 5

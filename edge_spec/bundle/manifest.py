@@ -17,7 +17,7 @@ from typing import Any
 
 MANIFEST_NAME = "edge_spec.json"
 FORMAT = "edge-spec-bundle"
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 PRECISIONS = ("int4", "int8", "fp16", "fp32")
 NGRAM_ENTRY_BYTES = 12  # NgramSpec: an 8-byte n-gram hash + a 4-byte token id per entry
 GRAPH_FORMATS = ("onnx", "ort")  # ModelSpec.graph_format: an ONNX protobuf or an ORT-format flatbuffer
@@ -99,6 +99,10 @@ class ModelSpec:
     # Kernel libraries of edge-spec's own the graph needs besides ONNX Runtime (edge_spec/kernels.py):
     # ["edge_spec.kquant"] for graphs exported with --gguf-mode kquant. Absent (before version 11): none.
     custom_ops: list[str] = field(default_factory=list)
+    # Data files (of ``data_files``) that hold only tables the graph reads by row (an untied embedding's Gather):
+    # the runtime lets their pages go after every pass, so only the rows of one pass are resident, and the plan
+    # counts that much of them (runtime/memory.py, ``RowTables``). Absent (before version 13): none, counted whole.
+    row_tables: list[str] = field(default_factory=list)
 
     @property
     def load_peak(self) -> int:

@@ -123,6 +123,9 @@ def _check_model(spec: ModelSpec, where: str) -> None:
     if not isinstance(spec.custom_ops, list) or not all(isinstance(x, str) for x in spec.custom_ops):
         raise BundleError(f"The manifest field '{where}.custom_ops' must be a list of kernel library names; "
                           "re-export the bundle.")
+    if not isinstance(spec.row_tables, list) or not set(spec.row_tables) <= set(spec.data_files):
+        raise BundleError(f"The manifest field '{where}.row_tables' must list some of its data_files; re-export the "
+                          "bundle.")
     if not spec.workspace_bytes or min(spec.workspace_bytes) < 1 or min(spec.workspace_bytes.values()) < 0:
         raise BundleError(f"The manifest field '{where}.workspace_bytes' must map pass sizes >= 1 to byte counts "
                           ">= 0; re-export the bundle.")

@@ -76,6 +76,28 @@ class Decoder:
         return logits[0].astype(np.float32)
 
 
+def row_table_files(proto: Any) -> list[str]:
+    """External-data files (their ``location``) that hold only initializers the graph reads by row: each one the data
+    input of Gather / GatherBlockQuantized / GgufGather nodes and of nothing else (an untied embedding; a tied one,
+    which the LM head reads whole, is not)."""
+    where: dict[str, str] = {}
+    for t in proto.graph.initializer:
+        ext = {e.key: e.value for e in t.external_data}
+        if "location" in ext:
+            where[t.name] = ext["location"]
+    by_row, other = set(), set()
+    for n in proto.graph.node:
+        for k, name in enumerate(n.input):
+            if name in where:
+                row = (n.op_type in ("Gather", "GgufGather") and k == 0
+                       or n.op_type == "GatherBlockQuantized" and k in (0, 2, 3))  # data, scales, zero points
+                (by_row if row else other).add(name)
+    files: dict[str, bool] = {}
+    for name, loc in where.items():
+        files[loc] = files.get(loc, True) and name in by_row and name not in other
+    return sorted(loc for loc, only in files.items() if only)
+
+
 def gather_table_bytes(proto: Any, skip: set[str] | frozenset[str] = frozenset()) -> int:
     """Bytes of the external (memory-mapped) initializers the graph reads through Gather / GatherBlockQuantized:
     the embedding table, whose rows the runtime lets go after load (runtime.memory.drop_mapped_pages) and which

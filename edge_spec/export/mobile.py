@@ -184,7 +184,7 @@ def _ort_spec(root: Path, role: str, spec: ModelSpec, graph: Path, manifest: Man
 
     rel = graph.relative_to(root).as_posix()
     fields = {"graph": rel, "data_files": (), "graph_format": "ort", "weight_bytes": graph.stat().st_size,
-              "genai_config": None}  # ORT GenAI loads .onnx graphs only
+              "genai_config": None, "row_tables": []}  # ORT GenAI loads .onnx graphs only; no data files to let go
     # The Gather tables the graph reads from memory-mapped files: only the shared ones are still mapped (the
     # target's copy); every other weight now lives in the session's heap and is counted in load_bytes.
     fields["gather_bytes"] = (spec.gather_bytes or 0) if role == "target" and manifest.shared_initializers else 0

@@ -81,5 +81,6 @@ def model_spec(root: Path, role: str, ckpt: build.Checkpoint, q: Quant, level: i
         workspace_bytes=dict(mem["workspace_bytes"]),
         input_names=inputs, output_names=outputs,
         genai_config=f"{role}/genai_config.json" if genai.is_file() else None,
-        tensors=tensors, custom_ops=graph_writer.custom_ops_of(proto), **extra,
+        tensors=tensors, custom_ops=graph_writer.custom_ops_of(proto),
+        row_tables=[f"{role}/{f}" for f in measure.row_table_files(proto) if (root / role / f).is_file()], **extra,
     )

@@ -5,7 +5,8 @@ Resident bytes of a generation, as we account them:
 * process baseline: the Python process with onnxruntime, numpy and the tokenizer loaded
   (measured by the engine right before it plans);
 * per model: ``load_bytes`` (what creating the ORT session added, measured at export, after the mapped weights
-  it repacked were let go), ``gather_bytes`` (the mapped embedding table, whose pages come back as tokens appear),
+  it repacked were let go), ``gather_bytes`` (the mapped embedding table, whose pages come back as tokens appear;
+  a table in ``row_tables`` is let go after every pass, so one pass's rows count),
   KV ``kv_bytes_per_token x max_context`` (reserved at load; pages resident as passes fill them), logits buffer
   ``rows x vocab x 4`` (rows = the largest pass: max(prefill chunk, gamma + 1));
 * sampling scratch: probabilities for the target rows, the drafter's gamma rows and each draft's
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 
 from edge_spec.bundle import Manifest, ModelSpec
 from edge_spec.errors import BudgetError, EdgeSpecError
+from edge_spec.runtime.memory import FAULT_AROUND_BYTES, RELEASES_ROW_TABLES
 
 MiB = 1 << 20
 PREFILL_CHUNK = 16  # tokens per prefill pass; the export measures workspace for k <= 16
@@ -125,6 +127,11 @@ class Plan:
 def _model_items(name: str, spec: ModelSpec, ctx: int, rows: int) -> list[tuple[str, int]]:
     gather = [(f"{name} embedding table (mapped; pages resident as tokens appear, counted whole)",
                spec.gather_bytes)] if spec.gather_bytes else []
+    if spec.gather_bytes and spec.row_tables and RELEASES_ROW_TABLES:  # let go after each pass (memory.RowTables)
+        # a row's read maps its group of 8 interleaved rows and the pages the kernel faults in around it
+        per_row = 8 * -(-spec.gather_bytes // spec.full_vocab_size) + FAULT_AROUND_BYTES + 4096
+        gather = [(f"{name} embedding table (mapped; the rows of one pass: let go after each)",
+                   min(spec.gather_bytes, rows * per_row))]
     return [
         (f"{name} weights (session load)", spec.load_bytes), *gather,
         (f"{name} KV cache ({ctx} tokens x {spec.kv_bytes_per_token} B)", ctx * spec.kv_bytes_per_token),

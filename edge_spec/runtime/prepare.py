@@ -15,7 +15,7 @@ from edge_spec.errors import BundleError, EdgeSpecError
 from edge_spec.runtime import chat as chat_mod
 from edge_spec.runtime.budget import Plan, plan_memory, request_context
 from edge_spec.runtime.config import LoadConfig
-from edge_spec.runtime.memory import current_rss
+from edge_spec.runtime.memory import settled_rss
 
 # the process baseline is rounded up to whole 4 MiB, so that processes whose heaps differ by a few hundred KiB plan
 # alike (tests/test_plan_agreement.py)
@@ -38,8 +38,9 @@ def prepare(root: Path, config: LoadConfig, prompt: Prompt | None = None,
         max_context = request_context(n_prompt, max_new_tokens)
         sized = f"context sized for the request ({n_prompt} prompt + {max_new_tokens} new tokens)"
     # Rounded up to whole 4 MiB: two processes that loaded the same modules (inspect, generate, an
-    # app) differ by a few hundred KiB of heap, and must still make the same plan for one budget.
-    baseline = -(-current_rss() // BASELINE_ROUNDING) * BASELINE_ROUNDING
+    # app) differ by a few hundred KiB of heap, and must still make the same plan for one budget. Settled: the heap
+    # the tokenizer's load freed is given back first, so the baseline is what stays resident.
+    baseline = -(-settled_rss() // BASELINE_ROUNDING) * BASELINE_ROUNDING
     plan = plan_memory(manifest, config.memory_budget, baseline, max_context=max_context,
                        draft_length=config.draft_length, drafting=config.drafting)
     if sized is not None:

@@ -19,6 +19,7 @@ from edge_spec import kernels
 from edge_spec.bundle import Manifest, ModelSpec, SharedInitializer
 from edge_spec.errors import BundleError, EdgeSpecError
 from edge_spec.runtime.kv import KVCache
+from edge_spec.runtime.memory import RowTables
 from edge_spec.runtime.options import session_options
 from edge_spec.runtime.providers import Device
 
@@ -54,6 +55,7 @@ class ModelSession:
         kind = self.device.split(":", 1)[0]
         self.max_rows = max_rows
         self.min_rows = max(1, min_rows)
+        self.row_tables: RowTables | None = None  # set by the engine: mappings to let go after each pass
         pad = max(self.min_rows - 1, spec.pad_rows)  # scratch KV positions past the capacity
         # a pass of fewer rows costs what a pass of this many does (padded here, or by the graph itself): lookup
         # guesses may fill the rows for free
@@ -262,6 +264,8 @@ class ModelSession:
             self.session.run_with_iobinding(io)
         self.run_seconds += time.perf_counter() - t0
         self.calls += 1
+        if self.row_tables is not None:  # the embedding rows this pass read need not stay resident
+            self.row_tables.release()
         self.kv.commit(k)
         return self.logits[:kept or k]
 
