@@ -160,6 +160,8 @@ CODER = Pair(
                  "--default-drafting", "lookup"),
     # 2026-11-29, 2-core AMD EPYC, idle: 6 min 18 s wall, peak RSS 3.05 GiB with the K-quant kernels; 8 min 2 s,
     # 3.83 GiB with --gguf-mode split (docs/pairs.md)
-    export_time="about 6 minutes on 2 CPU cores (8 without edge-spec's K-quant kernels) and under 4 GiB of memory")
+    export_time="about 6 minutes on 2 CPU cores (8 without edge-spec's K-quant kernels) and under 4 GiB of memory",
+    # The target's own answers to coding requests (models/coder-data: committed token ids), for its n-gram draft table
+    ngrams=MODELS / "coder-data")
 
 PAIRS: dict[str, Pair] = {p.name: p for p in (DEMO, CODER)}
