@@ -1,11 +1,12 @@
 """Drafters compared through their bundles on the same target graph: speed of speculative vs plain decoding.
 
-    python benchmarks/drafter_compare.py --bundle eagle3=B1 --bundle layers=B2 [--prompts 20] [--tokens 96] \
+    python benchmarks/drafter_compare.py --bundle eagle3=B1 --bundle layers=B2 [--prompts 20] [--tokens 96] [--code] \
         [--threads 2] [--temperatures 0 0.7] [--drafting auto|model] [--confidence 0.3 0.5] \
         [--draft-ratios 1.0 0.7] [--json out.json]
 
 Every bundle is loaded in this one process (same threads); for each held-out chat prompt of
-``benchmarks/lib/prompts.py`` (never in the distillation prompt set) and each temperature, each bundle
+``benchmarks/lib/prompts.py`` (never in the distillation prompt set; ``--code``: its coding tasks, never in
+models/coder-data's prompts) and each temperature, each bundle
 generates plain AR and speculatively (default adaptive draft length, hybrid drafting with lookup, as a user
 gets it), interleaved so machine noise hits every system alike; sampled runs are seeded (same seed -> the same
 text AR and speculative, so both make the same tokens). Reports per bundle and temperature: tokens/s AR and
@@ -25,7 +26,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.lib.prompts import CHAT_PROMPTS, chat_messages  # noqa: E402
+from benchmarks.lib.prompts import CHAT_PROMPTS, CODE_PROMPTS, chat_messages  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="drafter confidence thresholds to compare (default: the engine's own)")
     ap.add_argument("--draft-ratios", type=float, nargs="+", default=[None],
                     help="sampled drafts' temperature over the target's, to compare (default: the engine's own)")
+    ap.add_argument("--code", action="store_true", help="the coding tasks of benchmarks/lib/prompts.py, not the chat")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
 
@@ -49,8 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     engines = {}
     for spec in args.bundle:
         name, _, path = spec.partition("=")
-        engines[name] = Engine.load(path, max_context=1024, threads=args.threads, drafting=args.drafting)
-    prompts = list(CHAT_PROMPTS[:args.prompts])
+        # several engines in one process: their thread pools must not spin (verify_cost.py measured 1.5x passes)
+        engines[name] = Engine.load(path, max_context=1024, threads=args.threads, drafting=args.drafting,
+                                    spin=None if len(args.bundle) == 1 else False)
+    prompts = list((CODE_PROMPTS if args.code else CHAT_PROMPTS)[:args.prompts])
     for e in engines.values():  # warm-up: first passes prepack weights
         e.chat(chat_messages(prompts[0]), max_new_tokens=8, speculative=False)
         e.chat(chat_messages(prompts[0]), max_new_tokens=8)

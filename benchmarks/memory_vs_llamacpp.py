@@ -14,10 +14,11 @@ buffers. Rows:
 * the process baseline (python + onnxruntime + numpy + tokenizer, no session), to split edge-spec's
   peak into baseline, session loads (weights) and generation memory (KV, buffers, workspace).
 
-``--fill``: the prompt is long enough that prompt + ``--tokens`` fill the context (code prompts of
-``benchmarks/lib/prompts.py`` joined, cut to size with the first bundle's tokenizer), so every KV position the
-plan reserves is written (edge-spec) and the embedding rows of a context's worth of text are read; only the
-``--context`` rows run then (the request-sized context is the same).
+``--fill``: the prompt is long enough that prompt + ``--tokens`` fill the context (edge-spec's own runtime sources
+to explain, cut to size with the first bundle's tokenizer; until 2026-12-02 the code prompts of
+``benchmarks/lib/prompts.py`` repeated, a tenth as many distinct tokens), so every KV position the plan reserves is
+written (edge-spec) and the embedding rows of a context's worth of text are read; only the ``--context`` rows run
+then (the request-sized context is the same).
 
 Ratios are against llama.cpp AR at the same context, measured in this same run. A benchmark, not
 a test: needs the real GGUF and a llama.cpp build (benchmarks/build_llamacpp.sh, or ``$LLAMA_CPP_BIN``).
@@ -37,7 +38,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from benchmarks.lib.llamacpp import bin_dir  # noqa: E402
-from benchmarks.lib.prompts import CHAT_PROMPTS, CODE_PROMPTS, prompt_ids  # noqa: E402
+from benchmarks.lib.prompts import CHAT_PROMPTS, prompt_ids  # noqa: E402
 
 MiB = 1 << 20
 PROMPT = CHAT_PROMPTS[1]
@@ -61,12 +62,16 @@ def run_child(cmd: list[str], env: dict[str, str] | None = None) -> tuple[int, s
 
 
 def fill_prompt(bundle: Path, context: int, tokens: int) -> str:
-    """A user message whose chat prompt (the bundle's template) is ``context - tokens - 8`` tokens or a few less."""
+    """A user message whose chat prompt (the bundle's template) is ``context - tokens - 8`` tokens or a few less:
+    "explain this code" over edge-spec's own runtime sources (real code, as a code model's long prompts are; the
+    context's distinct tokens decide how much of the mapped embedding table becomes resident)."""
     want = context - tokens - 8
-    text, i = "", 0
-    while len(prompt_ids(bundle, [text])[0]) < want:
-        text += f"Task {i + 1}. {CODE_PROMPTS[i % len(CODE_PROMPTS)]}\n\n"
-        i += 1
+    sources = sorted((HERE.parent / "edge_spec" / "runtime").glob("*.py"))
+    text = "Explain what this Python code does, file by file:\n\n"
+    for f in sources:
+        if len(prompt_ids(bundle, [text])[0]) >= want:
+            break
+        text += f"# {f.name}\n{f.read_text(encoding='utf-8')}\n"
     words = text.split(" ")
     lo, hi = 1, len(words)  # the most words whose prompt still fits
     while lo < hi:
@@ -147,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(llama[ctx])
         print(json.dumps(rows[-1]), file=sys.stderr)
 
+    ids = prompt_ids(args.bundle[0], [prompt])[0]
+    print(f"prompt: {len(ids)} tokens, {len(set(ids))} distinct")
     print(f"process baseline (python + onnxruntime + numpy + tokenizer): {base / MiB:.1f} MiB")
     print(f"{'system':<22} {'bundle':<16} {'context':>7} {'mode':<12} {'peak RSS':>10} {'vs llama.cpp':>12} "
           f"{'generation memory':>18}")
@@ -164,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['peak_rss'] / MiB:>6.1f} MiB {ratio:>12} {gen:>18}")
     if args.out:
         args.out.write_text(json.dumps({"baseline": base, "rows": rows, "prompt": prompt, "tokens": args.tokens,
+                                        "prompt_tokens": len(ids), "distinct_prompt_tokens": len(set(ids)),
                                         "threads": args.threads}, indent=1))
     return 0
 

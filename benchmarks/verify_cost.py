@@ -1,7 +1,7 @@
 """What a target pass of k rows costs against one row: the price of verifying k - 1 drafts at once.
 
     python benchmarks/verify_cost.py --bundle demo [OTHER ...] [--threads 1] [--rows 1 2 3 4 5 6 8] [--past 150]
-                                     [--profile]
+                                     [--profile] [--model drafter]
 
 One pass of k new tokens after ``--past`` cached positions through the bundle's target graph (drafting off, the
 runtime's own forward with its IO binding, and no runtime padding: a pass has exactly k rows, so a graph that pads
@@ -10,6 +10,7 @@ interleaved so load on a shared machine hits them alike (with several bundles th
 spin); min and median over the repeats, and each median against the first bundle's 1-row pass. ``--profile``
 also runs ONNX Runtime's profiler and sums node time per op type (and per MatMulNBits kind) for each row count
 (profiling inflates times).
+``--model drafter`` times the bundles' drafter graphs instead (the drafter's step: what a draft costs).
 For llama.cpp's equivalent: ``llama-bench -m FILE.gguf -t T -p 1,2,3,5,8 -n 0 -d 150`` (prompt batches of k tokens).
 """
 
@@ -44,6 +45,9 @@ def _profiled_options(prefix: str):
     return options
 
 
+GGML_NAMES = {12: "Q4_K", 14: "Q6_K", 8: "Q8_0", 6: "Q5_0"}
+
+
 def node_kinds(graph: Path) -> dict[str, str]:
     """node name -> what it is, for the per-kind profile: matmuls by weight encoding (MatMulNBits bits / block:
     in a GGUF coder graph 4-bit/32 = Q4_K's codes, 8-bit/16 = Q6_K; their fp32 block-offset MatMuls = Q4_K's
@@ -57,7 +61,7 @@ def node_kinds(graph: Path) -> dict[str, str]:
         if n.name.startswith("/lm_head") and n.op_type in ("MatMulNBits", "GgufMatMul"):
             kind = "LM head"
         elif n.op_type == "GgufMatMul":  # --gguf-mode kquant: the file's blocks on edge-spec's kernels
-            kind = f"GgufMatMul {({12: 'Q4_K', 14: 'Q6_K'}).get(a.get('ggml_type'), a.get('ggml_type'))}"
+            kind = f"GgufMatMul {GGML_NAMES.get(a.get('ggml_type'), a.get('ggml_type'))}"
         elif n.op_type == "MatMulNBits":
             kind = f"MatMulNBits {a.get('bits')}-bit block {a.get('block_size')}"
         elif n.op_type == "MatMul":
@@ -105,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6, 8])
     ap.add_argument("--repeats", type=int, default=40)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--model", choices=("target", "drafter"), default="target", help="the graph to time")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "verify_cost.json")
     args = ap.parse_args(argv)
     warm = 3
@@ -113,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     # several bundles in one process: their thread pools must not spin (a pool spinning after its pass slows the next
     # bundle's pass; measured: 1-row passes at 2 threads 1.5x their cost alone)
     spin = None if len(args.bundle) == 1 else False
-    engines = [Engine.load(b, threads=args.threads, spin=spin, drafting="none", max_context=4096) for b in args.bundle]
+    drafting = "none" if args.model == "target" else "model"
+    engines = [Engine.load(b, threads=args.threads, spin=spin, drafting=drafting, max_context=4096)
+               for b in args.bundle]
+    models = [e.target if args.model == "target" else e.drafter for e in engines]
     for e in engines:
         e.target.min_rows = 1  # the graph's own cost: no runtime padding of old (batch_invariant_rows 2) bundles
     keys = [(b, r) for b in range(len(engines)) for r in args.rows]
@@ -121,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     order = []
     for i in range(args.repeats + warm):
         for b, r in keys:
-            t = engines[b].target
+            t = models[b]
             t.rewind_to(0)
             t.kv.length = args.past  # the cost does not depend on the cached values
             t0 = time.perf_counter()
@@ -139,11 +147,12 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"bundle": str(args.bundle[b]), "rows": r, "min_ms": round(min(v) * 1e3, 2),
                      "median_ms": round(med * 1e3, 2), "vs_first": round(med / base, 2)})
         print(f"{args.bundle[b]}: {r} rows: min {min(v) * 1e3:.2f} ms, median {med * 1e3:.2f} ms ({med / base:.2f}x)")
-    report: dict = {"bundles": [str(b) for b in args.bundle], "threads": args.threads, "past": args.past,
-                    "passes": rows}
+    report: dict = {"bundles": [str(b) for b in args.bundle], "model": args.model, "threads": args.threads,
+                    "past": args.past, "passes": rows}
     if args.profile:
-        kinds = node_kinds(Path(engines[0].bundle_dir) / engines[0].manifest.target.graph)
-        report["op_ms_per_pass"] = op_times(engines[0].target.session.end_profiling(), order, warm, kinds)
+        spec = engines[0].manifest.target if args.model == "target" else engines[0].manifest.drafter
+        kinds = node_kinds(Path(engines[0].bundle_dir) / spec.graph)
+        report["op_ms_per_pass"] = op_times(models[0].session.end_profiling(), order, warm, kinds)
         for r, ops in report["op_ms_per_pass"].items():
             print(f"-- {r} rows: " + ", ".join(f"{k} {v}" for k, v in list(ops.items())[:8]))
     args.out.write_text(json.dumps(report, indent=1) + "\n")
