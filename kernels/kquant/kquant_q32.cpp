@@ -10,24 +10,10 @@
 #include <cstring>
 
 #include "kquant.h"
+#include "kquant_q32.h"
 
 namespace kquant {
 namespace {
-
-// A group of 8 rows streams once per call; the block this many groups' blocks ahead is asked for (about 1 KiB).
-constexpr int kAheadBytes = 1024;
-
-inline __m256i bcast4(const int8_t* p) {  // 4 bytes at p in every 32-bit lane
-    return _mm256_castps_si256(_mm256_broadcast_ss(reinterpret_cast<const float*>(p)));
-}
-
-inline __m256i load(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-
-inline __m256 fp16x8(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-
-inline void prefetch(const uint8_t* b, int bytes) {
-    for (int l = 0; l < bytes; l += 64) __builtin_prefetch(b + kAheadBytes + l, 0, 3);
-}
 
 template <int R>
 void q8_0_x8_rows(const BlockQ32* const* a, int64_t nb, const uint8_t* w, int64_t g, float* const* out) {
@@ -37,22 +23,19 @@ void q8_0_x8_rows(const BlockQ32* const* a, int64_t nb, const uint8_t* w, int64_
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
         const uint8_t* b = base + i * Q8_0_X8_BYTES;
-        prefetch(b, Q8_0_X8_BYTES);
-        const __m256 dw = fp16x8(b);
+        q32_prefetch(b, Q8_0_X8_BYTES);
+        const __m256 dw = q32_fp16x8(b);
         __m256i isum[R];
         for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
         for (int t = 0; t < 8; ++t) {
-            const __m256i q = load(b + 16 + 32 * t);
+            const __m256i q = q32_load(b + 16 + 32 * t);
             const __m256i uq = _mm256_sign_epi8(q, q);  // |q| as unsigned (-128 -> 128)
             for (int r = 0; r < R; ++r) {
-                const __m256i sa = _mm256_sign_epi8(bcast4(a[r][i].qs + 4 * t), q);
+                const __m256i sa = _mm256_sign_epi8(q32_bcast4(a[r][i].qs + 4 * t), q);
                 isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(uq, sa), ones));
             }
         }
-        for (int r = 0; r < R; ++r) {
-            const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(a[r][i].d));
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), s, acc[r]);
-        }
+        q32_block_end<R>(isum, 0, dw, a, i, acc);
     }
     for (int r = 0; r < R; ++r) _mm256_storeu_ps(out[r] + 8 * g, acc[r]);
 }
@@ -77,38 +60,30 @@ void q5_0_x8_rows(const BlockQ32* const* a, int64_t nb, const uint8_t* w, int64_
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
         const uint8_t* b = base + i * Q5_0_X8_BYTES;
-        prefetch(b, Q5_0_X8_BYTES);
-        const __m256 dw = fp16x8(b);
+        q32_prefetch(b, Q5_0_X8_BYTES);
+        const __m256 dw = q32_fp16x8(b);
         __m256i p16[R];  // int16 sums of 4 chunks' pairs: <= 4 * 2 * 31 * 127 = 31496
         __m256i isum[R];
         for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
         for (int half = 0; half < 2; ++half) {  // chunks 0-3 (low nibbles), 4-7 (high nibbles)
             for (int r = 0; r < R; ++r) p16[r] = _mm256_setzero_si256();
             for (int t = 0; t < 4; ++t) {
-                const __m256i v = load(b + 48 + 32 * t);
+                const __m256i v = q32_load(b + 48 + 32 * t);
                 const int c = 4 * half + t;
                 const __m256i nib = half == 0 ? _mm256_and_si256(v, m4) : _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
                 const __m256i x = _mm256_or_si256(nib, q5_high(b + 16 + 4 * c));
                 for (int r = 0; r < R; ++r)
-                    p16[r] = _mm256_add_epi16(p16[r], _mm256_maddubs_epi16(x, bcast4(a[r][i].qs + 4 * c)));
+                    p16[r] = _mm256_add_epi16(p16[r], _mm256_maddubs_epi16(x, q32_bcast4(a[r][i].qs + 4 * c)));
             }
             for (int r = 0; r < R; ++r) isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p16[r], ones));
         }
-        for (int r = 0; r < R; ++r) {
-            const __m256i off = _mm256_set1_epi32(16 * a[r][i].sum);
-            const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(a[r][i].d));
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum[r], off)), s, acc[r]);
-        }
+        q32_block_end<R>(isum, 16, dw, a, i, acc);
     }
     for (int r = 0; r < R; ++r) _mm256_storeu_ps(out[r] + 8 * g, acc[r]);
 }
 
-using X8Fn = void (*)(const BlockQ32* const*, int64_t, const uint8_t*, int64_t, float* const*);
-
-template <int R>
-X8Fn pick(int ggml_type) {
-    return ggml_type == GGML_Q8_0 ? q8_0_x8_rows<R> : q5_0_x8_rows<R>;
-}
+constexpr Q32Fn kQ8[4] = {q8_0_x8_rows<1>, q8_0_x8_rows<2>, q8_0_x8_rows<3>, q8_0_x8_rows<4>};
+constexpr Q32Fn kQ5[4] = {q5_0_x8_rows<1>, q5_0_x8_rows<2>, q5_0_x8_rows<3>, q5_0_x8_rows<4>};
 
 }  // namespace
 
@@ -150,21 +125,7 @@ void gemm32_x8(int ggml_type, const BlockQ32* q, int64_t m, int64_t nb, const ui
         gemm32_x8_vnni(ggml_type, q, m, nb, w, n0, n1, out, ldo);
         return;
     }
-    constexpr int64_t kRowsPerTile = 4;
-    const BlockQ32* rows[kRowsPerTile];
-    float* outs[kRowsPerTile];
-    for (int64_t g = n0 / 8; g < n1 / 8; ++g) {  // one group of 8 rows stays in L1 while the tiles pass over it
-        for (int64_t r0 = 0; r0 < m; r0 += kRowsPerTile) {
-            const int64_t t = m - r0 < kRowsPerTile ? m - r0 : kRowsPerTile;
-            for (int64_t r = 0; r < t; ++r) {
-                rows[r] = q + (r0 + r) * nb;
-                outs[r] = out + (r0 + r) * ldo;
-            }
-            const X8Fn fn = t == 4 ? pick<4>(ggml_type) : t == 3 ? pick<3>(ggml_type)
-                            : t == 2 ? pick<2>(ggml_type) : pick<1>(ggml_type);
-            fn(rows, nb, w, g, outs);
-        }
-    }
+    q32_tiles(ggml_type == GGML_Q8_0 ? kQ8 : kQ5, q, m, nb, w, n0, n1, out, ldo);
 }
 
 }  // namespace kquant
