@@ -179,3 +179,12 @@ def test_row_tables_count_one_pass_of_rows():
         assert plan.total_bytes == plan_memory(whole, None, BASE).total_bytes - table + got
     else:
         assert got is None and dict(plan.items)[key_whole] == table
+    # one embedding shared by both graphs (shared_initializers) that the drafter reads otherwise: neither lets it go
+    from edge_spec.bundle import SharedInitializer
+    from edge_spec.runtime.budget import released_row_tables
+
+    shared = replace(rows, shared_initializers=(SharedInitializer("embed.weight", "target/embed.data", 0, table,
+                                                                  "uint8", (8192, 864)),))
+    assert released_row_tables(shared, "speculative") == {} and released_row_tables(shared, "ar") == (
+        {"target": ["target/embed.data"]} if budget.RELEASES_ROW_TABLES else {})
+    assert dict(plan_memory(shared, None, BASE).items)[key_whole] == table

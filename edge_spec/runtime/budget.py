@@ -124,10 +124,24 @@ class Plan:
         return "\n".join(lines)
 
 
-def _model_items(name: str, spec: ModelSpec, ctx: int, rows: int) -> list[tuple[str, int]]:
+def released_row_tables(m: Manifest, mode: str) -> dict[str, list[str]]:
+    """role -> the ``row_tables`` its session lets go after every pass (memory.RowTables), for the models ``mode``
+    loads: each model's own, on Linux — unless the two graphs share their embedding (``shared_initializers``) and one
+    of them reads it otherwise (a tied LM head): then neither lets it go. The plan counts exactly these."""
+    specs = {"target": m.target}
+    if mode == "speculative" and m.drafter is not None:
+        specs["drafter"] = m.drafter
+    if not RELEASES_ROW_TABLES:
+        return {}
+    if m.shared_initializers and not all(f"{r}/embed.data" in s.row_tables for r, s in specs.items()):
+        return {}
+    return {r: list(s.row_tables) for r, s in specs.items() if s.row_tables}
+
+
+def _model_items(name: str, spec: ModelSpec, ctx: int, rows: int, released: bool = False) -> list[tuple[str, int]]:
     gather = [(f"{name} embedding table (mapped; pages resident as tokens appear, counted whole)",
                spec.gather_bytes)] if spec.gather_bytes else []
-    if spec.gather_bytes and spec.row_tables and RELEASES_ROW_TABLES:  # let go after each pass (memory.RowTables)
+    if spec.gather_bytes and released:  # let go after each pass (memory.RowTables)
         # a row's read maps its group of 8 interleaved rows and the pages the kernel faults in around it
         per_row = 8 * -(-spec.gather_bytes // spec.full_vocab_size) + FAULT_AROUND_BYTES + 4096
         gather = [(f"{name} embedding table (mapped; the rows of one pass: let go after each)",
@@ -145,14 +159,15 @@ def _layout(m: Manifest, mode: str, gamma: int, chunk: int,
     t_rows = max(chunk, gamma + 1)
     d_rows = max(chunk, 2)
     items: list[tuple[str, int]] = [("process baseline (python, onnxruntime, tokenizer)", baseline)]
-    items += _model_items("target", m.target, 0, t_rows)
+    released = released_row_tables(m, mode)
+    items += _model_items("target", m.target, 0, t_rows, "target" in released)
     per_token = m.target.kv_bytes_per_token
     scratch = t_rows * m.target.vocab_size * 4
     work = [m.target.workspace_for(t_rows)]
     if mode == "speculative":
         d = m.drafter
         assert d is not None
-        items += _model_items("drafter", d, 0, d_rows)
+        items += _model_items("drafter", d, 0, d_rows, "drafter" in released)
         per_token += d.kv_bytes_per_token
         scratch += gamma * d.vocab_size * 4 + (m.vocab_trim.kept * 4 if m.vocab_trim else 0)
         scratch += gamma * m.target.vocab_size * 4  # q of each draft over target ids (the rejection rule)

@@ -19,7 +19,7 @@ from edge_spec.demo import resolve_bundle
 from edge_spec.errors import BundleError, EdgeSpecError
 from edge_spec.runtime import chat as chat_mod
 from edge_spec.runtime import fim as fim_mod
-from edge_spec.runtime.budget import Plan, parse_budget
+from edge_spec.runtime.budget import Plan, parse_budget, released_row_tables
 from edge_spec.runtime.config import GenerationConfig, LoadConfig, Result, Stats, StreamEvent, is_whole
 from edge_spec.runtime.detok import StreamDetokenizer, byte_table
 from edge_spec.runtime.drafting import DraftPolicy
@@ -36,22 +36,6 @@ from edge_spec.runtime.stops import TextStops
 __all__ = ["Engine", "GenerationConfig", "Result", "StreamEvent", "Stats", "Plan"]
 
 
-
-def row_tables(root: Path, manifest: Manifest, role: str, mode: str) -> list[Path]:
-    """The files whose pages ``role``'s session lets go after each pass: its ``row_tables``, unless a loaded graph
-    reads the same file otherwise (a shared embedding another graph's LM head reads whole)."""
-    specs = {"target": manifest.target}
-    if mode == "speculative" and manifest.drafter is not None:
-        specs["drafter"] = manifest.drafter
-    spec = specs.get(role)
-    if spec is None:
-        return []
-    def ident(f: str) -> tuple[int, int]:  # a file, whatever its name (role dirs may hard-link one embedding)
-        st = os.stat(root / f)
-        return st.st_dev, st.st_ino
-
-    other = {ident(f) for s in specs.values() for f in s.data_files if f not in s.row_tables}
-    return [root / f for f in spec.row_tables if ident(f) not in other]
 
 class Engine:
     """A loaded bundle: target (+ drafter) sessions with preallocated KV, a memory plan, a tokenizer."""
@@ -131,10 +115,10 @@ class Engine:
                                   "vocab_trim id map; re-export the bundle.")
         if drafter is not None:
             drop_mapped_pages(root)
-        for session, tables in ((target, row_tables(root, manifest, "target", plan.mode)),
-                                (drafter, row_tables(root, manifest, "drafter", plan.mode))):
-            if session is not None and tables:
-                session.row_tables = RowTables(tables)
+        for role, tables in released_row_tables(manifest, plan.mode).items():  # what the plan counted
+            session = target if role == "target" else drafter
+            if session is not None:
+                session.row_tables = RowTables([root / f for f in tables])
         devices = {"target": t_dev, "drafter": d_dev if drafter is not None else "none"}
         table = None  # the n-gram table drafts wherever lookup drafts are made: the lookup rung, hybrid drafting
         if manifest.ngrams is not None and (plan.mode == "lookup" or plan.mode == "speculative"
