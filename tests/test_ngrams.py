@@ -228,13 +228,16 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("ngrams")
     gguf = write_tiny_gguf(root / "t.gguf", "llama", 1, seed=1)
     sha = hashlib.sha256(gguf.read_bytes()).hexdigest()
-    opts = ExportOptions(max_context=128, measure_memory=False)
+    # --gguf-mode split: the tiny file is Q8_0, which auto now runs on edge-spec's kernels, and a test below packages
+    # the bundle for ONNX Runtime Mobile, which cannot load them
+    opts = ExportOptions(max_context=128, measure_memory=False, gguf_mode="split")
     export_bundle(str(gguf), None, root / "plain", opts, progress=None)
     e = Engine.load(root / "plain", drafting="none", max_context=128)
     answer = e.generate(PROMPT, max_new_tokens=24, config={"stop_token_ids": ()}).token_ids
     answers = _answers(root / "answers.npz", [[x, *PROMPT, *answer] for x in (1, 2, 3)], len(PROMPT) + 1, sha)
     export_bundle(str(gguf), None, root / "bundle", ExportOptions(max_context=128, measure_memory=False,
-                                                                     ngrams=(answers,)), progress=None)
+                                                                     ngrams=(answers,), gguf_mode="split"),
+                  progress=None)
     return {"root": root, "gguf": gguf, "sha": sha, "answers": answers, "bundle": root / "bundle", "answer": answer}
 
 
