@@ -36,7 +36,6 @@ from edge_spec.runtime.stops import TextStops
 __all__ = ["Engine", "GenerationConfig", "Result", "StreamEvent", "Stats", "Plan"]
 
 
-
 class Engine:
     """A loaded bundle: target (+ drafter) sessions with preallocated KV, a memory plan, a tokenizer."""
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 
 def current_rss() -> int:
@@ -70,28 +72,16 @@ def drop_mapped_pages(root: str | os.PathLike[str]) -> int:
     runtime maps the shared embedding itself. After that, only a few small tensors (norm weights) and the
     embedding rows of the tokens seen are read again, but every page read at load stays resident: ~45 MiB for
     the SmolLM2 demo target. Dropping clean pages loses nothing: a later read faults them back in from the file
-    (page cache); MADV_RANDOM keeps such a fault from mapping its neighbours too. A mapping with a modified
+    (page cache); MADV_RANDOM stops read-ahead from the file (not the kernel's fault-around of pages already
+    cached: FAULT_AROUND_BYTES). A mapping with a modified
     (copy-on-write) page is left alone. Call it once the sessions have run a pass (lazily packed kernels
     included)."""
-    if not sys.platform.startswith("linux"):
-        return 0
-    import ctypes
     import mmap
 
     base = os.path.realpath(root) + os.sep
-    try:
-        with open("/proc/self/smaps") as f:
-            text = f.read()
-        madvise = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return 0
-    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    madvise, ranges = _clean_mappings(lambda path: path.startswith(base))
     dropped = 0
-    for lo, hi, perms, path, anonymous in _file_mappings(text):
-        # Only mappings of the bundle's files that hold no page of their own: ONNX Runtime maps external data
-        # private and writable (rw-p), and a page it had modified (copy-on-write: "Anonymous") would be lost.
-        if not path.startswith(base) or not perms.startswith("r") or anonymous:
-            continue
+    for lo, hi in ranges:
         if madvise(lo, hi - lo, mmap.MADV_DONTNEED) == 0:
             madvise(lo, hi - lo, mmap.MADV_RANDOM)
             dropped += hi - lo
@@ -112,28 +102,37 @@ class RowTables:
 
     def __init__(self, files: list[str | os.PathLike[str]]) -> None:
         self.ranges: list[tuple[int, int]] = []
-        self._madvise = None
-        if not RELEASES_ROW_TABLES or not files:
-            return
-        import ctypes
+        self._madvise: Any = None
+        if RELEASES_ROW_TABLES and files:
+            import mmap
 
-        want = {os.path.realpath(f) for f in files}
-        try:
-            with open("/proc/self/smaps") as f:
-                text = f.read()
-            self._madvise = ctypes.CDLL(None, use_errno=True).madvise
-        except (OSError, AttributeError):
-            return
-        self._madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-        # only mappings holding no page of their own (as drop_mapped_pages): a copy-on-write page would be lost
-        self.ranges = [(lo, hi) for lo, hi, perms, path, anonymous in _file_mappings(text)
-                       if path in want and perms.startswith("r") and not anonymous]
+            want = {os.path.realpath(f) for f in files}
+            self._madvise, self.ranges = _clean_mappings(want.__contains__)
+            self._dontneed = mmap.MADV_DONTNEED
 
     def release(self) -> None:
-        import mmap
-
         for lo, hi in self.ranges:
-            self._madvise(lo, hi - lo, mmap.MADV_DONTNEED)
+            self._madvise(lo, hi - lo, self._dontneed)
+
+
+def _clean_mappings(accept: Callable[[str], bool]) -> tuple[Any, list[tuple[int, int]]]:
+    """(libc's madvise, [(start, end)]) of this process's file mappings whose path ``accept`` takes and that hold
+    only clean file pages: ONNX Runtime maps external data private and writable (rw-p), and a page it had modified
+    (copy-on-write: "Anonymous") would be lost by dropping it. (None, []) where this is not Linux or /proc cannot
+    be read."""
+    if not sys.platform.startswith("linux"):
+        return None, []
+    import ctypes
+
+    try:
+        with open("/proc/self/smaps") as f:
+            text = f.read()
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None, []
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    return madvise, [(lo, hi) for lo, hi, perms, path, anonymous in _file_mappings(text)
+                     if accept(path) and perms.startswith("r") and not anonymous]
 
 
 def _file_mappings(smaps: str) -> list[list]:
