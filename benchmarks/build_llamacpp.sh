@@ -25,8 +25,13 @@ PY
   tar xzf "sdist/llama_cpp_python-$version.tar.gz" -C src --strip-components=1
 fi
 cd src/vendor/llama.cpp
+# On the 2-core Xeon these sessions get, the CPU advertises AMX and the kernel grants its tiles, yet ggml's AMX
+# backend crashes (llama-server exits with SIGSEGV loading a Q4_K_M file; ../shared/GUIDE.md §3): build without
+# it there, everything else native (GCC keeps an explicit -mno-* over what -march=native turns on).
+noamx=""
+if grep -q -w amx_tile /proc/cpuinfo 2>/dev/null; then noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"; fi
 cmake -B "$home/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON \
-  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON
+  -DCMAKE_C_FLAGS="$noamx" -DCMAKE_CXX_FLAGS="$noamx" -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON
 cmake --build "$home/build" -j"$(nproc)" --target llama-bench llama-completion llama-speculative-simple \
   llama-lookup llama-server
 echo "llama.cpp binaries in $home/build/bin"
