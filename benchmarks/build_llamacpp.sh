@@ -25,9 +25,9 @@ PY
   tar xzf "sdist/llama_cpp_python-$version.tar.gz" -C src --strip-components=1
 fi
 cd src/vendor/llama.cpp
-# On the 2-core Xeon these sessions get, the CPU advertises AMX and the kernel grants its tiles, yet ggml's AMX
-# backend crashes (llama-server exits with SIGSEGV loading a Q4_K_M file; ../shared/GUIDE.md §3): build without
-# it there, everything else native (GCC keeps an explicit -mno-* over what -march=native turns on).
+# On the 2-core Xeon these sessions get, the CPU advertises AMX and the kernel grants its tiles, yet the native
+# build's llama-server exits with SIGSEGV loading a Q4_K_M file (../shared/GUIDE.md §3 traced it to ggml's AMX
+# path); built without AMX, everything else native, it runs (GCC keeps an explicit -mno-* over -march=native).
 noamx=""
 if grep -q -w amx_tile /proc/cpuinfo 2>/dev/null; then noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"; fi
 cmake -B "$home/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON \
