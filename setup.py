@@ -15,7 +15,7 @@ if platform.machine().lower() in ("x86_64", "amd64"):
     ext_modules.append(Extension(
         "edge_spec._kquant",
         sources=[f"{SRC}/kquant.cpp", f"{SRC}/kquant_vnni.cpp", f"{SRC}/kquant_q32.cpp",
-                 f"{SRC}/kquant_q32_vnni.cpp", f"{SRC}/gguf_ops.cpp"],
+                 f"{SRC}/kquant_q32_vnni.cpp", f"{SRC}/attention.cpp", f"{SRC}/gguf_ops.cpp"],
         include_dirs=[SRC, f"{SRC}/include"],  # include/: ONNX Runtime's C API headers (MIT), vendored
         language="c++",
         # -ffp-contract=off: the float operations are the intrinsics' own, the same in every row-tile variant, so

@@ -214,7 +214,7 @@ def speed_against(bundle: str, old: str, prompts: list[str], tokens: int, thread
         plain = engines[f"{name} no drafter"] = Engine.load(b, threads=threads, spin=False, max_context=1024,
                                                             drafting="none")
         if name == "old":
-            plain.target.min_rows = plain.target.free_rows = 1  # as edge-spec ran it: no padding without a drafter
+            plain.target.min_rows = plain.target.guess_rows = 1  # as edge-spec ran it: no padding without a drafter
     tokens_made = dict.fromkeys(engines, 0)
     seconds = dict.fromkeys(engines, 0.0)
     for i, prompt in enumerate(prompts):

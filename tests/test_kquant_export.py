@@ -110,12 +110,12 @@ def test_kquant_graph_carries_the_files_bytes(kquant_bundle: tuple[Path, Path]) 
     assert ops.count("GgufMatMul") == 6 + 4 + 1
     head = next(n for n in g.node if n.name == "/lm_head/GgufMatMul")
     assert head.input[1] == "embed.gguf_blocks"
-    # every product row-exact: a 1-token pass gets its second row only around the attention (export/invariance.py),
-    # and the measured result is still a 1-token step equal to its row of any verify pass
-    names = {n.name for n in g.node}
-    assert "/rowpad/input_ids/Pad" not in names and "/rowpad/attention_mask/Pad" in names
-    assert sum(n.op_type == "Pad" and "GroupQueryAttention" in n.name for n in g.node) == 3 + 1  # q, k, v; qkv
-    assert m.target.batch_invariant_rows == 1 and m.target.pad_rows == 1
+    # every product row-exact and the attention the library's CacheAttention (each row computed alone): the graph
+    # needs no padding row at all, and the measured result is still a 1-token step equal to its row of any verify pass
+    assert not any(n.name.startswith("/rowpad/") for n in g.node)
+    assert ops.count("CacheAttention") == 2 and "GroupQueryAttention" not in ops
+    assert not any(n.op_type == "Cast" for n in g.node if n.name.startswith("/model/layers."))  # fp32 q/k/v in
+    assert m.target.batch_invariant_rows == 1 and m.target.pad_rows == 0
     file_bytes = sum(int(t.n_bytes) for t in reader.tensors)
     assert m.target.weight_bytes < 1.15 * file_bytes  # the graph at the file's size (norms, rope caches besides)
     d_rows = {t["name"]: t for t in m.drafter.tensors}

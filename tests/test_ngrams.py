@@ -123,7 +123,7 @@ def test_guess_table_keeps_every_tokens_most_frequent_answer_continuation() -> N
 
 
 def _guessing(target: FakeModel, rows: int) -> FakeModel:
-    target.min_rows = target.free_rows = rows  # a target the runtime pads to `rows` rows (ModelSession.free_rows)
+    target.min_rows = target.guess_rows = rows  # a target the runtime pads to `rows` rows (ModelSession.guess_rows)
     return target
 
 

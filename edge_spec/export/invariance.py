@@ -23,8 +23,9 @@ a 2-token pass does: the runtime may put a free guess in that second row. :func:
 then measures the result bit for bit, and the manifest records it.
 
 A K-quant graph of edge-spec's own (``--gguf-mode kquant``) whose every weight product is row-exact by itself (the
-K-quant ops; 8-bit MatMulNBits at int8 activations; fp32 MatMul) needs the second row only where
-GroupQueryAttention runs: there the
+K-quant ops; 8-bit MatMulNBits at int8 activations; fp32 MatMul) and whose attention is the kernel library's
+CacheAttention (each row computed alone; what the export writes since that op exists) needs no padding at all.
+One exported with GroupQueryAttention needs the second row only where GroupQueryAttention runs: there the
 pass's q, k and v gain a copy of their row and the attention output keeps the first S rows, while the matmuls,
 norms and activations run on the one row (the padded pass of such a graph costs a 1-row pass plus the attention's
 second row, not two rows everywhere).
@@ -39,6 +40,7 @@ import numpy as np
 
 from edge_spec.bundle import ModelSpec
 
+ATTENTION_OPS = ("GroupQueryAttention", "CacheAttention", "CacheAttentionF32")  # inputs 7, 8: rotary tables
 PASS_SIZES = (1, 2, 3, 5, 9)  # verify passes the loop runs: gamma + 1 for gamma up to 8
 MIN_PASS = 2  # pad_rows runs every pass with at least this many rows
 PAD_ROWS = MIN_PASS - 1  # scratch KV positions past the pass a padded graph may write (ModelSpec.pad_rows)
@@ -47,7 +49,9 @@ _PADDED = "/rowpad/"  # name prefix of everything pad_rows adds (a graph that ha
 
 def pad_rows(graph: Path) -> bool:
     """Rewrite ``graph`` (model.onnx, weights in external files left untouched) so that a 1-token pass runs as
-    2 rows; returns False when it already does. Works on any decoder with the edge-spec interface
+    2 rows where that is needed; returns whether the graph pads (now, or already before). A graph whose weight
+    products are all row-exact and whose attention is the kernel library's (CacheAttention, each row computed
+    alone) needs no padding and is left as it is (False). Works on any decoder with the edge-spec interface
     (``input_ids`` [1, S], ``attention_mask`` [1, n + S], ``logits`` [1, S, V], optional ``hidden_states`` /
     ``position_ids``): the ones edge-spec builds and the ORT GenAI model builder's.
 
@@ -61,7 +65,7 @@ def pad_rows(graph: Path) -> bool:
     model = onnx.load(str(graph), load_external_data=False)
     g = model.graph
     if any(n.name.startswith(_PADDED) for n in g.node):
-        return False
+        return True
     inputs = {i.name for i in g.input}
     outputs = {o.name for o in g.output}
     if not {"input_ids", "attention_mask", "logits"} <= inputs | outputs:
@@ -83,6 +87,8 @@ def pad_rows(graph: Path) -> bool:
     pads = node("Concat", [const("pads_head", [0, 0, 0]), extra], "pads", axis=0)  # [1, S] -> [1, S + extra]
     renamed: dict[str, str] = {}
     attention_only = _all_row_exact(g, inits)
+    if attention_only and not any(n.op_type == "GroupQueryAttention" for n in g.node):
+        return False  # row-exact everywhere (CacheAttention): nothing to pad
     if attention_only:  # q, k, v of each attention gain the copy row; its output keeps the pass's rows
         pads3 = node("Concat", [const("pads3_head", [0, 0, 0, 0]), extra, const("pads3_tail", [0])], "pads3", axis=0)
         back_gqa: dict[str, tuple] = {}
@@ -130,7 +136,7 @@ def pad_rows(graph: Path) -> bool:
 
     extended: set[str] = set()
     for n in g.node:  # rotary tables: the extra row may sit one position past the graph's last
-        if n.op_type == "GroupQueryAttention":
+        if n.op_type in ATTENTION_OPS:
             for j in (7, 8):
                 if j < len(n.input) and n.input[j] in inits and n.input[j] not in extended:
                     t = inits[n.input[j]]

@@ -95,10 +95,22 @@ class GraphSpec:
     local_layers: tuple[bool, ...] | None = None  # per layer: sliding-window attention
     sliding_window: int = -1  # keys a query sees in a local layer, itself included (HF ``sliding_window``)
     local_rope_theta: float | None = None  # local layers' own rope base (Gemma 3), unscaled; None = the global caches
-    kv_dtype: str = "float32"  # "float16": KV cache in fp16, q/k/v cast to fp16 around GroupQueryAttention
+    kv_dtype: str = "float32"  # "float16": KV cache in fp16 (GroupQueryAttention: q/k/v cast to fp16 around it)
+    # "GroupQueryAttention" (ONNX Runtime's) or "CacheAttention" (edge-spec's kernel library, kernels/kquant/
+    # attention.cpp: fp32 q/k/v, each row computed alone, so a 1-token pass needs no padding row); graphs that run
+    # on the library's K-quant kernels anyway take the second (own_build.build)
+    attention: str = "GroupQueryAttention"
     # Residual streams to output as ``hidden_states`` [1, S, len * hidden] float16, for a drafter that reads the
     # target (EAGLE-3): id j = the input of layer j (0 = the embeddings, L = the last layer's output, pre-norm)
     feature_layers: tuple[int, ...] | None = None
+
+
+OWN_ATTENTION = "CacheAttention"  # GraphSpec.attention of the kernel library's op
+
+
+def own_attention_fits(spec: GraphSpec) -> bool:
+    """Can the kernel library's attention op run this graph's heads (head_dim a multiple of 8, at most 512)?"""
+    return spec.head_dim % 8 == 0 and spec.head_dim <= 512 and spec.heads % spec.kv_heads == 0
 
 
 def kv_layout(spec: GraphSpec) -> KVLayout:
@@ -204,6 +216,15 @@ def _attention(g: GraphWriter, x: str, i: int, L: Layer, spec: GraphSpec, seqlen
         qkv_in = outs
     local = spec.local_layers is not None and spec.local_layers[i]
     cache = "_local" if local and spec.local_rope_theta is not None else ""
+    if spec.attention == OWN_ATTENTION:  # fp32 q/k/v and rotary tables; the cache's rounding is the op's
+        op = OWN_ATTENTION if spec.kv_dtype == "float16" else OWN_ATTENTION + "F32"
+        att = g.node(op, [*qkv_in, f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens, total,
+                          f"cos_cache{cache}", f"sin_cache{cache}"], f"{p}/{op}", domain="edge_spec",
+                     outputs=[f"{p}/{op}/output_0", f"present.{i}.key", f"present.{i}.value"],
+                     num_heads=spec.heads, kv_num_heads=spec.kv_heads,
+                     scale=float(1.0 / np.sqrt(spec.head_dim) if spec.attn_scale is None else spec.attn_scale),
+                     local_window_size=_window(spec, i), softcap=float(spec.attn_softcap))[0]
+        return graph_linear.linear(g, att, L.o, f"{p}/o_proj", lvl)
     half = spec.kv_dtype == "float16"
     if half:  # GroupQueryAttention's T covers q/k/v, the caches and cos/sin: all fp16, the output cast back
         qkv_in = [g.node("Cast", [t], f"{p}/{nm}/CastF16", to=10)[0] if t else t
@@ -260,7 +281,7 @@ def _features(g: GraphWriter, streams: list[str]) -> str:
 def prologue(g: GraphWriter, spec: GraphSpec) -> tuple[str, str]:
     """Rotary caches and GroupQueryAttention's (seqlens_k, total_sequence_length) from ``attention_mask``."""
     cos, sin = rope_caches(spec)
-    suffix = "_f16" if spec.kv_dtype == "float16" else ""
+    suffix = "_f16" if spec.kv_dtype == "float16" and spec.attention != OWN_ATTENTION else ""
     dtype = np.float16 if suffix else np.float32
     g.init(f"cos_cache{suffix}", cos.astype(dtype))
     g.init(f"sin_cache{suffix}", sin.astype(dtype))

@@ -24,7 +24,15 @@ import numpy as np
 from edge_spec.errors import ExportError
 from edge_spec.export import arch_graph, gguf_kquant, gguf_quant, gguf_split
 from edge_spec.export import gguf as gguf_src
-from edge_spec.export.onnx_graph import Decoder, GraphSpec, Layer, LazyLayers, build_decoder
+from edge_spec.export.onnx_graph import (
+    OWN_ATTENTION,
+    Decoder,
+    GraphSpec,
+    Layer,
+    LazyLayers,
+    build_decoder,
+    own_attention_fits,
+)
 from edge_spec.export.weights import is_kquant, is_quant, is_split, take_rows, unpermute_qk
 from edge_spec.fetch import checkpoint_sha256, file_sha256
 
@@ -333,7 +341,17 @@ def build(src: Source, out_dir: Path, max_context: int, accuracy_level: int, bit
     src.report = report
     spec = dataclasses.replace(graph_spec(src.config, max_context, accuracy_level, src.gguf), kv_dtype=kv_dtype,
                                feature_layers=features)
+    if src.kind == "gguf" and mode == "kquant" and _on_kernels(src.gguf) and own_attention_fits(spec):
+        # the graph needs the kernel library anyway: its attention too (no padding row, no fp16 casts)
+        spec = dataclasses.replace(spec, attention=OWN_ATTENTION)
     return build_decoder(dec, spec, out_dir / "model.onnx")
+
+
+def _on_kernels(m: gguf_src.GGUFModel) -> bool:
+    """Does a kquant-mode graph of this file run any tensor on the kernel library (GgufMatMul / GgufGather)?"""
+    heads = ("output.weight", "token_embd.weight")
+    return any(gguf_kquant.supports(t.tensor_type.name, None if name in heads else int(t.data.shape[0]))
+               for name, t in m.tensors.items() if name.endswith(".weight") and len(t.data.shape) == 2)
 
 
 def precision_of(report: list[dict[str, Any]]) -> tuple[str, int | None]:

@@ -163,7 +163,7 @@ class Stats:
     lookup_accepted: int = 0
     table_drafted: int = 0  # of the lookup drafts, those from the bundle's n-gram table (no repeat in the context)
     table_accepted: int = 0
-    guess_drafted: int = 0  # of the lookup drafts, the guesses in a target pass's free padding row
+    guess_drafted: int = 0  # of the lookup drafts, the guesses in a 1-token step's second row
     guess_accepted: int = 0
     seconds: float = 0.0  # wall time of the generation(s)
     target_seconds: float = 0.0  # inside ONNX Runtime, target (incl. prefill)

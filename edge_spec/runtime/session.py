@@ -27,6 +27,9 @@ _DTYPES = {"float32": np.float32, "float16": np.float16}
 KEEP = "logits_to_keep"  # export/graph_writer.py's LOGITS_TO_KEEP: logits of the pass's last K rows (0 = all)
 
 
+GUESS_ROWS = 2  # a 1-token step plus one guess (ModelSession.guess_rows)
+
+
 class ModelSession:
     """A model that takes tokens and returns logits (the narrow seam the decode loop talks to).
 
@@ -34,9 +37,10 @@ class ModelSession:
     advances the cursor by ``len(tokens)`` and returns a *view* ``[len(tokens), vocab]`` of the
     preallocated logits buffer (valid until the next call).
 
-    A target graph edge-spec exported runs a 1-token pass as 2 rows itself (``spec.pad_rows``;
-    export/invariance.py), so a 1-token step computes its row exactly as any k-token verify pass does,
-    bit for bit; its KV buffers keep ``pad_rows`` scratch positions for the extra row's keys/values.
+    Every pass size computes a row of a target graph edge-spec exported exactly as a 1-token step does, bit for bit:
+    a graph on row-exact kernels with the library's CacheAttention by construction, any other because it runs a
+    1-token pass as 2 rows itself (``spec.pad_rows``; export/invariance.py; its KV buffers keep ``pad_rows``
+    scratch positions for the extra row's keys/values).
     ``min_rows`` > 1 pads shorter passes here instead (copies of the last token, never committed): for
     bundles exported before graphs padded themselves (their manifests say ``batch_invariant_rows`` 2)
     and for devices whose kernels need more rows (providers.MIN_ROWS). Either way every pass — plain,
@@ -57,9 +61,10 @@ class ModelSession:
         self.min_rows = max(1, min_rows)
         self.row_tables: RowTables | None = None  # set by the engine: mappings to let go after each pass
         pad = max(self.min_rows - 1, spec.pad_rows)  # scratch KV positions past the capacity
-        # a pass of fewer rows costs what a pass of this many does (padded here, or by the graph itself): lookup
-        # guesses may fill the rows for free
-        self.free_rows = max(self.min_rows, 1 + spec.pad_rows)
+        # rows a 1-token pass may carry a lookup guess in: a padding row (here, or the graph's own) is free; a graph
+        # that needs none (row-exact kernels and CacheAttention) runs a 2-row pass at ~1.1x a 1-row one, which the
+        # guesses repay (BENCHMARKS.md, "The library's attention")
+        self.guess_rows = max(self.min_rows, 1 + spec.pad_rows, GUESS_ROWS)
         dtype = _DTYPES.get(spec.quantization.io_dtype)
         kv_dtype = _DTYPES.get(spec.quantization.kv_cache_dtype)
         if dtype is None or kv_dtype is None:

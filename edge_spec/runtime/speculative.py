@@ -15,12 +15,11 @@ and the drafter drafts otherwise. Where the context has no match, a bundle's sta
 lookup draft instead. Lookup drafts are deterministic (q is one-hot), cost nothing
 to make, and go through the same verify rule, so every output guarantee holds whatever the source.
 
-A step that drafted nothing still pays for two rows: the target graph runs a 1-token pass as two
-(``ModelSession.free_rows``; export/invariance.py), and the second row is computed and thrown away.
-Where lookup drafting is on, the best free guess for the next token (:meth:`Decoder.draft_guess`:
-a repeat in the context, the n-gram table, the table's unfiltered guess for the last token) takes
-its place as a one-token draft — free, so any acceptance is gain. The draft-length policies never
-see it (it is not a choice they made): to them the step drafted nothing.
+Where lookup drafting is on, a step that drafted nothing carries a guess for the next token as a one-token draft
+(:meth:`Decoder.draft_guess`: a repeat in the context, the n-gram table, the table's unfiltered guess for the last
+token) in a second row (``ModelSession.guess_rows``): free where the target graph runs a 1-token pass as two
+anyway (export/invariance.py), ~1.1x a one-row pass on a graph that needs no padding, which the guesses repay.
+The draft-length policies never see it (it is not a choice they made): to them the step drafted nothing.
 """
 
 from __future__ import annotations
@@ -83,7 +82,7 @@ class Step:
     finish: str | None  # None, "stop_token", "length", "context_full"
     lookup: bool = False  # the drafts came from prompt lookup (not the drafter model)
     table: bool = False  # ... from the bundle's n-gram table (a kind of lookup draft: lookup is True too)
-    guess: bool = False  # ... the free guess in a padding row (module docstring; lookup is True too)
+    guess: bool = False  # ... the guess in a 1-token step's second row (module docstring; lookup is True too)
     logprobs: list[TokenLogprob] | None = None  # per committed token, when decode() is asked for them
 
 
@@ -260,11 +259,11 @@ class Decoder:
         return len(got)
 
     def draft_guess(self) -> int:
-        """After a step's drafting made no draft: a one-token draft for the target pass's padding row, when it has
-        one (pending tokens + 1 <= the target's ``free_rows``) and lookup drafting is on. The best free guess: an
+        """After a step's drafting made no draft: a one-token draft for the target pass's second row, when it may
+        have one (pending tokens + 1 <= the target's ``guess_rows``) and lookup drafting is on. The best guess: an
         earlier occurrence of the context's last 2-3 tokens, else the n-gram table's, else the table's unfiltered
         ``guess`` for the last token, else an earlier occurrence of the last token. Returns 1, or 0 (none)."""
-        if not self.lookup or self.n == 0 or self.n - self.target.length + 1 > getattr(self.target, "free_rows", 1):
+        if not self.lookup or self.n == 0 or self.n - self.target.length + 1 > getattr(self.target, "guess_rows", 1):
             return 0
         got, table = lookup_draft(self.tok, self.n, 1, ngram_min=2), False
         if not len(got) and self.table is not None:
@@ -354,7 +353,7 @@ def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise:
                 g = dec.draft(gamma, cfg, noise, threshold, qcfg)
             guess = g == 0 and policy is not None and room >= 1 and left >= 1
             if guess:
-                g = dec.draft_guess()  # the padding row's free draft (module docstring)
+                g = dec.draft_guess()  # the second row's guess (module docstring)
             accepted, nxt = dec.verify(g, cfg, noise)
             step = dec.accept(g, accepted, nxt, stop_ids, max_new_tokens - made, guess)
             if logprobs is not None:  # before the next target pass reuses the logits buffer

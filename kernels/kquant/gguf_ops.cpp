@@ -1,5 +1,6 @@
 // ONNX Runtime custom ops edge_spec::GgufMatMul and edge_spec::GgufGather (CPU), registered by RegisterCustomOps
-// when the library is loaded with SessionOptions.register_custom_ops_library(path).
+// when the library is loaded with SessionOptions.register_custom_ops_library(path) (with them: the attention ops of
+// attention.cpp).
 //
 // GgufMatMul
 //   inputs:  A float32 [..., K];  B uint8 [N, K / 256 * block_bytes]: the GGUF tensor's rows of super-blocks as
@@ -22,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "attention.h"
 #include "kquant.h"
 #include "onnxruntime_c_api.h"
 
@@ -313,6 +315,7 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
     // The domain must outlive every session using it: it is kept for the life of the process.
     ORT_TRY(g_api->CustomOpDomain_Add(domain, &g_matmul));
     ORT_TRY(g_api->CustomOpDomain_Add(domain, &g_gather));
+    ORT_TRY(edge_spec_attention::add_ops(g_api, domain));  // CacheAttention, CacheAttentionF32
     return g_api->AddCustomOpDomain(options, domain);
 }
 
