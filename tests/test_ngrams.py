@@ -4,6 +4,7 @@ bundle carries, plans and refuses it properly (export --ngrams)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ from test_runtime_loop import FakeModel, V, assert_follows, run, table_logits
 
 from edge_spec.errors import BundleError
 from edge_spec.export.ngrams import count_table, guess_table
+from edge_spec.runtime.drafting import DraftPolicy
 from edge_spec.runtime.ngrams import NgramTable, ngram_hash, window_hashes
 from edge_spec.runtime.sampling import SamplingConfig, probs
 from edge_spec.runtime.speculative import Decoder
@@ -159,6 +161,38 @@ def test_the_padding_row_carries_the_tables_guess_losslessly() -> None:
     # speculation off (no policy): never a guess
     dec = Decoder(_guessing(FakeModel(table_logits(0)), 2), None, lookup=True, max_gamma=4, table=t)
     assert not any(s.guess for s in run(dec, prompt, gamma=None, max_new=24)[1])
+
+
+class _Unpadded(FakeModel):
+    """A target that needs no padding row (ModelSession.guess_free False; the engine then passes decode a guesser):
+    a 2-row pass costs ``two`` x a 1-row one."""
+
+    def __init__(self, table: np.ndarray, two: float) -> None:
+        super().__init__(table, capacity=256)
+        self.guess_rows, self.guess_free, self.two = 2, False, two
+
+    def forward(self, tokens):
+        time.sleep(0.002 * (1.0 if len(tokens) == 1 else self.two))
+        return super().forward(tokens)
+
+
+@pytest.mark.parametrize("two,keeps", [(1.05, True), (2.5, False)], ids=["cheap-row", "dear-row"])
+def test_guesses_on_an_unpadded_target_go_on_while_they_pay(two: float, keeps: bool) -> None:
+    """Where the second row is not free, the loop guesses while the measured goodput says it pays: right guesses
+    and a cheap second row keep guessing; a second row dearer than two tokens' worth turns it off (probes aside).
+    The output is plain decoding's either way."""
+    prompt = [4, 7, 2]
+    ar, _ = run(Decoder(FakeModel(table_logits(0), capacity=256), None), prompt, gamma=None, max_new=80)
+    seq = prompt + ar
+    guess = np.full(V, -1, np.int32)
+    for a, b in zip(seq[len(prompt) - 1:-1], seq[len(prompt):]):
+        guess[a] = b  # right unless a token repeats with another continuation
+    t = NgramTable(np.zeros(0, np.uint64), np.zeros(0, np.int32), 2, 4, guess)
+    dec = Decoder(_Unpadded(table_logits(0), two), None, lookup=True, max_gamma=4, table=t, lookup_ngram_min=9)
+    out, steps = run(dec, prompt, gamma=0, max_new=80, guesser=DraftPolicy(1, free_drafts=True))  # as Engine has
+    assert out == ar
+    guessed = sum(s.guess for s in steps)
+    assert (guessed > len(steps) // 2) if keeps else (guessed < len(steps) // 4), (guessed, len(steps))
 
 
 def test_guesses_keep_sampling_distributed_as_p() -> None:

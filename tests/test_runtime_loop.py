@@ -53,12 +53,12 @@ GREEDY = SamplingConfig()
 
 
 def run(dec, ids, cfg=GREEDY, gamma=None, max_new=30, stop=frozenset(), seed=0, threshold=0.0, rule="coupled",
-        hybrid=False, qcfg=None):
+        hybrid=False, qcfg=None, guesser=None):
     dec.set_context(np.asarray(ids, dtype=np.int64))
     policy = None if gamma is None else DraftPolicy(dec.max_gamma, fixed=gamma)
     lookup_policy = DraftPolicy(dec.max_gamma, fixed=gamma, free_drafts=True) if hybrid else None
     sampler = Noise(seed, V) if rule == "coupled" else Rejection(np.random.default_rng(seed))
-    steps = list(decode(dec, cfg, policy, sampler, max_new, stop, threshold, lookup_policy, qcfg))
+    steps = list(decode(dec, cfg, policy, sampler, max_new, stop, threshold, lookup_policy, qcfg, guesser=guesser))
     return [t for s in steps for t in s.tokens], steps
 
 

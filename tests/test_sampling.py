@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 
 from edge_spec.errors import EdgeSpecError
-from edge_spec.runtime.sampling import Noise, SamplingConfig, probs, top_probability, verify, verify_greedy
+from edge_spec.runtime.sampling import (
+    Noise,
+    RowProbs,
+    SamplingConfig,
+    probs,
+    top_probability,
+    verify,
+    verify_greedy,
+)
 
 scipy_stats = pytest.importorskip("scipy.stats")
 
@@ -25,6 +33,22 @@ def test_transform_temperature_top_k_top_p():
         SamplingConfig(-1.0)
     with pytest.raises(EdgeSpecError):
         SamplingConfig(1.0, top_p=0.0)
+
+
+@pytest.mark.parametrize("cfg", [SamplingConfig(0.7), SamplingConfig(0.8, top_k=40, top_p=0.95, min_p=0.05)],
+                         ids=["plain", "filters"])
+def test_row_probs_are_computed_when_read(cfg: SamplingConfig) -> None:
+    """RowProbs: each row is probs() of that row alone, bit for bit, computed only when verification reaches it."""
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((5, 300)).astype(np.float32) * 3
+    lazy = RowProbs(logits, cfg, np.zeros((5, 300), np.float32))
+    assert np.array_equal(lazy[2], probs(logits[2:3], cfg, out=np.zeros((1, 300), np.float32))[0])
+    assert lazy[3, 7] == lazy.out[3, 7] and lazy.done.tolist() == [False, False, True, True, False]
+    fresh = RowProbs(logits, cfg, np.zeros((5, 300), np.float32))
+    noise = Noise(1, 300)
+    first = noise.race(fresh[0], 10)
+    wrong = (first + 1) % 300  # a first draft the race rejects: only row 0 is ever computed
+    assert verify(fresh, [wrong, 3, 4, 5], noise, 10) == (0, first) and fresh.done.tolist() == [True] + [False] * 4
 
 
 def _reference(logits: np.ndarray, cfg: SamplingConfig) -> np.ndarray:

@@ -49,6 +49,8 @@ class Engine:
         self._dec = Decoder(target, drafter, lookup=plan.mode == "lookup" or self._hybrid, id_map=id_map,
                             max_gamma=plan.draft_length, table=table)
         self._policy = DraftPolicy(plan.draft_length, free_drafts=drafter is None)
+        # guesses in a 1-token step's second row: judged on their goodput where that row is not paid for anyway
+        self._guesser = None if getattr(target, "guess_free", True) else DraftPolicy(1, free_drafts=True)
         self._lookup_policy = DraftPolicy(plan.draft_length, free_drafts=True) if self._hybrid else None
         self.stats = Stats()
         self.last_stats = Stats()
@@ -306,7 +308,7 @@ class Engine:
                          cfg.t_max_predict_ms)
         try:
             for step in decode(dec, cfg.sampling, policy, noise, cfg.max_new_tokens, stop_ids, cfg.threshold,
-                               lookup_policy, cfg.draft_sampling, cfg.logprobs):
+                               lookup_policy, cfg.draft_sampling, cfg.logprobs, self._guesser):
                 if self._owner is not owner:
                     raise EdgeSpecError("This stream was superseded by a newer call on the same engine; "
                                         "finish or close a stream before starting another.")

@@ -76,6 +76,28 @@ def probs(logits: np.ndarray, cfg: SamplingConfig, out: np.ndarray | None = None
     return out
 
 
+class RowProbs:
+    """:func:`probs` of ``logits`` [rows, V] computed a row at a time, when a row is first read (``p[i]``,
+    ``p[i, x]``), into ``out`` [rows, V]. Verification reads rows in order and stops at the first rejection, so a
+    verify pass of g drafts pays for the rows it reaches (accepted + 1), not g + 1 softmaxes over the vocabulary;
+    each row is the same function of its logits as in a one-row pass."""
+
+    def __init__(self, logits: np.ndarray, cfg: SamplingConfig, out: np.ndarray) -> None:
+        self.logits, self.cfg, self.out = logits, cfg, out
+        self.done = np.zeros(len(logits), dtype=bool)
+
+    def row(self, i: int) -> np.ndarray:
+        if not self.done[i]:
+            probs(self.logits[i:i + 1], self.cfg, out=self.out[i:i + 1])
+            self.done[i] = True
+        return self.out[i]
+
+    def __getitem__(self, key: int | tuple[int, int]) -> np.ndarray | np.floating:
+        if isinstance(key, tuple):
+            return self.row(int(key[0]))[key[1]]
+        return self.row(int(key))
+
+
 def _top_k_row(row: np.ndarray, cfg: SamplingConfig) -> None:
     """One row of :func:`probs` with top-k, in place: ``row`` [V] (tempered logits, max 0) -> probabilities.
 

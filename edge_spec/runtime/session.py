@@ -63,8 +63,9 @@ class ModelSession:
         pad = max(self.min_rows - 1, spec.pad_rows)  # scratch KV positions past the capacity
         # rows a 1-token pass may carry a lookup guess in: a padding row (here, or the graph's own) is free; a graph
         # that needs none (row-exact kernels and CacheAttention) runs a 2-row pass at ~1.1x a 1-row one, which the
-        # guesses repay (BENCHMARKS.md, "The library's attention")
+        # guesses may repay: the loop measures it (speculative.decode's guess policy)
         self.guess_rows = max(self.min_rows, 1 + spec.pad_rows, GUESS_ROWS)
+        self.guess_free = self.min_rows > 1 or spec.pad_rows > 0  # the second row is paid for anyway
         dtype = _DTYPES.get(spec.quantization.io_dtype)
         kv_dtype = _DTYPES.get(spec.quantization.kv_cache_dtype)
         if dtype is None or kv_dtype is None:

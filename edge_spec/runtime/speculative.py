@@ -18,7 +18,8 @@ to make, and go through the same verify rule, so every output guarantee holds wh
 Where lookup drafting is on, a step that drafted nothing carries a guess for the next token as a one-token draft
 (:meth:`Decoder.draft_guess`: a repeat in the context, the n-gram table, the table's unfiltered guess for the last
 token) in a second row (``ModelSession.guess_rows``): free where the target graph runs a 1-token pass as two
-anyway (export/invariance.py), ~1.1x a one-row pass on a graph that needs no padding, which the guesses repay.
+anyway (export/invariance.py); ~1.1x a one-row pass on a graph that needs no padding, where a one-token
+:class:`DraftPolicy` of its own keeps guessing only while the measured goodput of guessing beats plain steps.
 The draft-length policies never see it (it is not a choice they made): to them the step drafted nothing.
 """
 
@@ -37,6 +38,7 @@ from edge_spec.runtime.ngrams import NgramTable
 from edge_spec.runtime.sampling import (
     Noise,
     Rejection,
+    RowProbs,
     SamplingConfig,
     draft_sampling,
     probs,
@@ -288,9 +290,9 @@ class Decoder:
             out = verify_greedy(logits, self.drafts[:g])
         elif noise.keeps_q:
             q = None if self.deterministic else self.qd[:g]  # None: deterministic (lookup) drafts
-            out = verify_rejection(probs(logits, cfg, out=self.p[:g + 1]), q, self.drafts[:g], noise)
-        else:
-            out = verify(probs(logits, cfg, out=self.p[:g + 1]), self.drafts[:g], noise, self.n)
+            out = verify_rejection(RowProbs(logits, cfg, self.p[:g + 1]), q, self.drafts[:g], noise)
+        else:  # rows up to the first rejection only (RowProbs)
+            out = verify(RowProbs(logits, cfg, self.p[:g + 1]), self.drafts[:g], noise, self.n)
         self.t_verify = time.perf_counter() - t0
         return out
 
@@ -318,7 +320,7 @@ class Decoder:
 def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise: Noise | Rejection,
            max_new_tokens: int, stop_ids: frozenset[int], threshold: float = 0.0,
            lookup_policy: DraftPolicy | None = None, qcfg: SamplingConfig | None = None,
-           logprobs: int | None = None) -> Iterator[Step]:
+           logprobs: int | None = None, guesser: DraftPolicy | None = None) -> Iterator[Step]:
     """Generate up to ``max_new_tokens`` after the committed context, one step per yield.
 
     ``policy`` sets the draft length of ``dec.draft`` (the drafter model, or lookup when there is
@@ -331,7 +333,10 @@ def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise:
     Unseeded (``Rejection``): the rejection rule, which accepts more drafts. ``qcfg``: the drafter's sampling
     (default :func:`draft_sampling` of ``cfg``: sharper than the target's; any q keeps the output exact).
     ``logprobs`` (None: off): each step carries its tokens' log-probabilities with that many alternatives, read from
-    the verify pass's rows (:mod:`edge_spec.runtime.logprobs`)."""
+    the verify pass's rows (:mod:`edge_spec.runtime.logprobs`). ``guesser`` (a one-token ``DraftPolicy`` with
+    free drafts; None: guess whenever a second row is available, as on a padded graph, where it is paid for anyway)
+    decides whether a step without drafts carries a guess, from its measured goodput (acceptance, 1- and 2-row
+    pass costs); the engine keeps one for a target graph that needs no padding row."""
     qcfg = draft_sampling(cfg) if qcfg is None else qcfg
     made = 0
     try:
@@ -351,7 +356,8 @@ def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise:
                 gamma = 0 if policy is None else min(policy.next_gamma(), room, left)
                 timed = dec.backlog(gamma) <= 2  # a step that also prefills says nothing about step costs
                 g = dec.draft(gamma, cfg, noise, threshold, qcfg)
-            guess = g == 0 and policy is not None and room >= 1 and left >= 1
+            guess = g == 0 and policy is not None and room >= 1 and left >= 1 and (
+                guesser is None or guesser.next_gamma() > 0)
             if guess:
                 g = dec.draft_guess()  # the second row's guess (module docstring)
             accepted, nxt = dec.verify(g, cfg, noise)
@@ -359,8 +365,13 @@ def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise:
             if logprobs is not None:  # before the next target pass reuses the logits buffer
                 step.logprobs = token_logprobs(dec.logits, step.tokens, cfg, logprobs)
             pg, pa = (0, 0) if step.guess else (g, accepted)  # what the policies chose and got
-            if used is not None:  # every step, timed or not: the re-probe countdown must advance
-                used.update(pg, pa, dec.t_draft, dec.t_verify, dec.drafter_passes, timed=timed)
+            if used is not None:  # every step, timed or not: the re-probe countdown must advance (a guess's
+                # pass has two rows: not the cost of the plain step the policy chose)
+                used.update(pg, pa, dec.t_draft, dec.t_verify, dec.drafter_passes,
+                            timed=timed and (guesser is None or not step.guess))
+            if guesser is not None and pg == 0 and policy is not None:  # a step the policies left without drafts
+                guesser.update(1 if step.guess else 0, pa if not step.guess else step.accepted, 0.0, dec.t_verify,
+                               timed=timed)
             if lookup_policy is not None and used is not lookup_policy:
                 # a step without lookup drafts: lookup's re-probe countdown advances, its cost table learns
                 lookup_policy.update(0, 0, 0.0, dec.t_verify, timed=False)
