@@ -6,6 +6,7 @@ Q6_K: codes minus 32) with about ``std`` spread, so a tiny model built from them
 
 from __future__ import annotations
 
+import os
 import platform
 
 import numpy as np
@@ -23,6 +24,23 @@ def kquant_expected() -> bool:
     except (OSError, StopIteration):
         return False
     return all(f in flags for f in ("avx2", "fma", "f16c"))
+
+
+def kernel_library() -> str:
+    """The kernel library's path for a test (``edge_spec.kernels.kquant_library()``; ``EDGE_SPEC_KQUANT_LIB=/path``
+    for a build of ``kernels/kquant/build.sh``). Missing where pip builds it (:func:`kquant_expected`) it fails the
+    test, unless ``EDGE_SPEC_KQUANT_LIB=none`` asks for that; elsewhere it skips."""
+    import pytest
+
+    from edge_spec import kernels
+
+    path, why = kernels.kquant_library()
+    if path is None:
+        opted_out = os.environ.get("EDGE_SPEC_KQUANT_LIB", "").strip().lower() == "none"
+        if kquant_expected() and not opted_out:
+            pytest.fail(f"the kernel library should be built on this CPU (x86-64, AVX2, FMA, F16C) but: {why}")
+        pytest.skip(f"no kernel library: {why}")
+    return str(path)
 
 
 def random_q4_k(rng: np.random.Generator, n: int, k: int, std: float = 0.08) -> np.ndarray:

@@ -8,29 +8,19 @@ present is bound to past's buffer; packed and separate q/k/v, sliding window, so
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from kquant_blocks import kquant_expected
+from kquant_blocks import kernel_library
 from onnx import TensorProto, helper
-
-from edge_spec import kernels
 
 H, HK, D, CAP, POS = 6, 2, 32, 40, 48  # heads, kv heads, head size, cache capacity, rotary table rows
 
 
 @pytest.fixture(scope="module")
 def lib() -> str:
-    path, why = kernels.kquant_library()
-    if path is None:
-        opted_out = os.environ.get("EDGE_SPEC_KQUANT_LIB", "").strip().lower() == "none"
-        if kquant_expected() and not opted_out:
-            pytest.fail(f"the kernel library should be built on this CPU (x86-64, AVX2, FMA, F16C) but: {why}")
-        pytest.skip(f"no kernel library: {why}")
-    return str(path)
+    return kernel_library()
 
 
 def _graph(op: str, half: bool, packed: bool = True, window: int = -1, softcap: float = 0.0, rot: int = D // 2,

@@ -34,10 +34,10 @@
 #include <vector>
 
 #include "attention.h"
+#include "ort_helpers.h"
 
 namespace {
 
-const OrtApi* g_api = nullptr;
 constexpr int kMaxHeadDim = 512;
 
 struct AttnOp : OrtCustomOp {
@@ -52,33 +52,16 @@ struct AttnKernel {
     float softcap;
 };
 
-OrtStatus* fail(const std::string& msg) { return g_api->CreateStatus(ORT_INVALID_ARGUMENT, msg.c_str()); }
-
-#define ATTN_TRY(expr)                          \
-    do {                                        \
-        OrtStatus* status_ = (expr);            \
-        if (status_ != nullptr) return status_; \
-    } while (0)
-
-OrtStatus* dims_of(const OrtValue* v, std::vector<int64_t>& dims) {
-    OrtTensorTypeAndShapeInfo* info = nullptr;
-    ATTN_TRY(g_api->GetTensorTypeAndShape(v, &info));
-    size_t count = 0;
-    OrtStatus* st = g_api->GetDimensionsCount(info, &count);
-    if (st == nullptr) {
-        dims.assign(count, 0);
-        st = g_api->GetDimensions(info, dims.data(), count);
-    }
-    g_api->ReleaseTensorTypeAndShapeInfo(info);
-    return st;
-}
+using edge_spec_ort::api;
+using edge_spec_ort::dims_of;
+using edge_spec_ort::fail;
 
 template <typename T>
 T* data_of(const OrtValue* v) {
     void* p = nullptr;
-    OrtStatus* st = g_api->GetTensorMutableData(const_cast<OrtValue*>(v), &p);
+    OrtStatus* st = api()->GetTensorMutableData(const_cast<OrtValue*>(v), &p);
     if (st != nullptr) {
-        g_api->ReleaseStatus(st);
+        api()->ReleaseStatus(st);
         return nullptr;
     }
     return static_cast<T*>(p);
@@ -274,17 +257,17 @@ void attend_task(void* data, size_t index) {
 
 OrtStatus* compute(const AttnKernel& k, OrtKernelContext* ctx) {
     const OrtValue* in[9] = {};
-    for (size_t i = 0; i < 9; ++i) ATTN_TRY(g_api->KernelContext_GetInput(ctx, i, &in[i]));
+    for (size_t i = 0; i < 9; ++i) ORT_TRY(api()->KernelContext_GetInput(ctx, i, &in[i]));
     const char* who = k.half ? "CacheAttention" : "CacheAttentionF32";
     for (size_t i : {0, 3, 4, 5, 6, 7, 8})
         if (in[i] == nullptr) return fail(std::string(who) + ": input " + std::to_string(i) + " is required");
     if ((in[1] == nullptr) != (in[2] == nullptr))
         return fail(std::string(who) + ": key and value are given together or both left out (packed query)");
     std::vector<int64_t> qd, pd, sd, cd;
-    ATTN_TRY(dims_of(in[0], qd));
-    ATTN_TRY(dims_of(in[3], pd));
-    ATTN_TRY(dims_of(in[5], sd));
-    ATTN_TRY(dims_of(in[7], cd));
+    ORT_TRY(dims_of(in[0], qd));
+    ORT_TRY(dims_of(in[3], pd));
+    ORT_TRY(dims_of(in[5], sd));
+    ORT_TRY(dims_of(in[7], cd));
     if (qd.size() != 3 || pd.size() != 4 || cd.size() != 2)
         return fail(std::string(who) + ": query must be [B, S, width], past_key [B, kv_heads, capacity, head_size] "
                     "and cos_cache [positions, rotary / 2]");
@@ -303,7 +286,7 @@ OrtStatus* compute(const AttnKernel& k, OrtKernelContext* ctx) {
     const int64_t half_rot = cd[1];
     if (2 * half_rot > d) return fail(std::string(who) + ": the rotary tables are wider than half a head");
     std::vector<int64_t> td;
-    ATTN_TRY(dims_of(in[6], td));
+    ORT_TRY(dims_of(in[6], td));
     const int32_t* total = data_of<int32_t>(in[6]);
     // present holds max(capacity, total) positions: past's buffer itself when bound to it (edge-spec's runtime),
     // else a new one past is copied into (a plain loop feeding exactly the past, as GroupQueryAttention allows)
@@ -318,8 +301,8 @@ OrtStatus* compute(const AttnKernel& k, OrtKernelContext* ctx) {
     }
     std::vector<int64_t> od = {B, S, H * d}, kd = {B, hk, plen, d};
     OrtValue* out[3] = {};
-    ATTN_TRY(g_api->KernelContext_GetOutput(ctx, 0, od.data(), od.size(), &out[0]));
-    for (size_t i = 1; i < 3; ++i) ATTN_TRY(g_api->KernelContext_GetOutput(ctx, i, kd.data(), kd.size(), &out[i]));
+    ORT_TRY(api()->KernelContext_GetOutput(ctx, 0, od.data(), od.size(), &out[0]));
+    for (size_t i = 1; i < 3; ++i) ORT_TRY(api()->KernelContext_GetOutput(ctx, i, kd.data(), kd.size(), &out[i]));
     const size_t elem = k.half ? 2 : 4, head_bytes = static_cast<size_t>(cap * d) * elem;
     for (size_t i = 1; i < 3; ++i) {  // present not bound to past's buffer: past first, then the new rows
         char* dst = data_of<char>(out[i]);
@@ -335,8 +318,8 @@ OrtStatus* compute(const AttnKernel& k, OrtKernelContext* ctx) {
            data_of<void>(out[1]), data_of<void>(out[2]), seqlens, data_of<float>(in[7]), data_of<float>(in[8]),
            data_of<float>(out[0])};
     const size_t tasks = static_cast<size_t>(B * S * hk);
-    ATTN_TRY(g_api->KernelContext_ParallelFor(ctx, store_task, tasks, 0, &p));
-    return g_api->KernelContext_ParallelFor(ctx, attend_task, tasks, 0, &p);
+    ORT_TRY(api()->KernelContext_ParallelFor(ctx, store_task, tasks, 0, &p));
+    return api()->KernelContext_ParallelFor(ctx, attend_task, tasks, 0, &p);
 }
 
 // ------------------------------------------------------------------------------------------------ OrtCustomOp
@@ -347,8 +330,8 @@ OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp* op, const OrtApi* api, 
     const AttnOp& o = op_of(op);
     int64_t heads = 0, kv_heads = 0, window = -1;
     float scale = 0.0f, softcap = 0.0f;
-    ATTN_TRY(api->KernelInfoGetAttribute_int64(info, "num_heads", &heads));
-    ATTN_TRY(api->KernelInfoGetAttribute_int64(info, "kv_num_heads", &kv_heads));
+    ORT_TRY(api->KernelInfoGetAttribute_int64(info, "num_heads", &heads));
+    ORT_TRY(api->KernelInfoGetAttribute_int64(info, "kv_num_heads", &kv_heads));
     if (OrtStatus* st = api->KernelInfoGetAttribute_int64(info, "local_window_size", &window)) api->ReleaseStatus(st);
     if (OrtStatus* st = api->KernelInfoGetAttribute_float(info, "scale", &scale)) api->ReleaseStatus(st);
     if (OrtStatus* st = api->KernelInfoGetAttribute_float(info, "softcap", &softcap)) api->ReleaseStatus(st);
@@ -366,7 +349,6 @@ OrtStatus* ORT_API_CALL compute_kernel(void* kernel, OrtKernelContext* ctx) {
 
 void ORT_API_CALL destroy(void* kernel) { delete static_cast<AttnKernel*>(kernel); }
 const char* ORT_API_CALL op_name(const OrtCustomOp* op) { return op_of(op).name; }
-const char* ORT_API_CALL op_ep(const OrtCustomOp*) { return "CPUExecutionProvider"; }
 ONNXTensorElementDataType ORT_API_CALL in_type(const OrtCustomOp* op, size_t i) {
     if (i == 3 || i == 4)
         return op_of(op).half ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
@@ -383,19 +365,12 @@ OrtCustomOpInputOutputCharacteristic ORT_API_CALL in_char(const OrtCustomOp*, si
 OrtCustomOpInputOutputCharacteristic ORT_API_CALL out_char(const OrtCustomOp*, size_t) {
     return INPUT_OUTPUT_REQUIRED;
 }
-OrtMemType ORT_API_CALL mem_default(const OrtCustomOp*, size_t) { return OrtMemTypeDefault; }
-int ORT_API_CALL one(const OrtCustomOp*) { return 1; }
-int ORT_API_CALL start_version(const OrtCustomOp*) { return 1; }
-int ORT_API_CALL end_version(const OrtCustomOp*) { return INT_MAX; }
-
 AttnOp make(bool half, const char* name) {
     AttnOp op;
-    std::memset(static_cast<OrtCustomOp*>(&op), 0, sizeof(OrtCustomOp));
+    edge_spec_ort::init_op(op, 17);
     op.half = half;
     op.name = name;
-    op.version = 17;
     op.GetName = op_name;
-    op.GetExecutionProviderType = op_ep;
     op.GetInputType = in_type;
     op.GetInputTypeCount = in_count;
     op.GetOutputType = out_type;
@@ -403,15 +378,8 @@ AttnOp make(bool half, const char* name) {
     op.KernelDestroy = destroy;
     op.GetInputCharacteristic = in_char;
     op.GetOutputCharacteristic = out_char;
-    op.GetInputMemoryType = mem_default;
-    op.GetVariadicInputMinArity = one;
-    op.GetVariadicInputHomogeneity = one;
-    op.GetVariadicOutputMinArity = one;
-    op.GetVariadicOutputHomogeneity = one;
     op.CreateKernelV2 = create_kernel;
     op.KernelComputeV2 = compute_kernel;
-    op.GetStartVersion = start_version;
-    op.GetEndVersion = end_version;
     return op;
 }
 
@@ -422,10 +390,9 @@ AttnOp g_f32 = make(false, "CacheAttentionF32");
 
 namespace edge_spec_attention {
 
-OrtStatus* add_ops(const OrtApi* api, OrtCustomOpDomain* domain) {
-    g_api = api;
-    ATTN_TRY(api->CustomOpDomain_Add(domain, &g_half));
-    return api->CustomOpDomain_Add(domain, &g_f32);
+OrtStatus* add_ops(const OrtApi* ort, OrtCustomOpDomain* domain) {
+    ORT_TRY(ort->CustomOpDomain_Add(domain, &g_half));
+    return ort->CustomOpDomain_Add(domain, &g_f32);
 }
 
 }  // namespace edge_spec_attention

@@ -6,7 +6,7 @@
 
 namespace edge_spec_attention {
 
-// Adds both ops to ``domain``; ``api`` is the OrtApi the library registered with.
-OrtStatus* add_ops(const OrtApi* api, OrtCustomOpDomain* domain);
+// Adds both ops to ``domain``; ``ort`` is the OrtApi the library registered with (ort_helpers.h's api() too).
+OrtStatus* add_ops(const OrtApi* ort, OrtCustomOpDomain* domain);
 
 }  // namespace edge_spec_attention

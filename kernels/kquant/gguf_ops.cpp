@@ -25,6 +25,7 @@
 
 #include "attention.h"
 #include "kquant.h"
+#include "ort_helpers.h"
 #include "onnxruntime_c_api.h"
 
 namespace {
@@ -72,31 +73,13 @@ void run_task(void* data, size_t index) {
         kquant::gemm_rows(t.ggml_type, t.q8, t.m, t.nb, t.w, t.row_bytes, n0, n1, t.y, t.n);
 }
 
-OrtStatus* fail(const std::string& msg) { return g_api->CreateStatus(ORT_INVALID_ARGUMENT, msg.c_str()); }
-
-#define ORT_TRY(expr)                    \
-    do {                                 \
-        OrtStatus* status_ = (expr);     \
-        if (status_ != nullptr) return status_; \
-    } while (0)
-
-OrtStatus* shape_of(const OrtValue* v, std::vector<int64_t>& dims) {
-    OrtTensorTypeAndShapeInfo* info = nullptr;
-    ORT_TRY(g_api->GetTensorTypeAndShape(v, &info));
-    size_t count = 0;
-    OrtStatus* st = g_api->GetDimensionsCount(info, &count);
-    if (st == nullptr) {
-        dims.assign(count, 0);
-        st = g_api->GetDimensions(info, dims.data(), count);
-    }
-    g_api->ReleaseTensorTypeAndShapeInfo(info);
-    return st;
-}
+using edge_spec_ort::dims_of;
+using edge_spec_ort::fail;
 
 // Input ``i`` of the kernel call and its shape.
 OrtStatus* input(OrtKernelContext* ctx, size_t i, const OrtValue** value, std::vector<int64_t>& dims) {
     ORT_TRY(g_api->KernelContext_GetInput(ctx, i, value));
-    return shape_of(*value, dims);
+    return dims_of(*value, dims);
 }
 
 OrtStatus* compute_matmul(const Kernel& k, OrtKernelContext* ctx) {
@@ -251,7 +234,6 @@ OrtStatus* ORT_API_CALL compute_v2(void* kernel, OrtKernelContext* ctx) {
 void ORT_API_CALL destroy(void* kernel) { delete static_cast<Kernel*>(kernel); }
 
 const char* ORT_API_CALL op_name(const OrtCustomOp* op) { return op_of(op).name; }
-const char* ORT_API_CALL op_ep(const OrtCustomOp*) { return "CPUExecutionProvider"; }
 ONNXTensorElementDataType ORT_API_CALL in_type(const OrtCustomOp* op, size_t i) {
     if (op_of(op).kind == OpKind::kGather)  // (B, ids)
         return i == 0 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8 : ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
@@ -263,19 +245,12 @@ size_t ORT_API_CALL out_count(const OrtCustomOp*) { return 1; }
 OrtCustomOpInputOutputCharacteristic ORT_API_CALL io_required(const OrtCustomOp*, size_t) {
     return INPUT_OUTPUT_REQUIRED;
 }
-OrtMemType ORT_API_CALL mem_default(const OrtCustomOp*, size_t) { return OrtMemTypeDefault; }
-int ORT_API_CALL one(const OrtCustomOp*) { return 1; }
-int ORT_API_CALL start_version(const OrtCustomOp*) { return 1; }
-int ORT_API_CALL end_version(const OrtCustomOp*) { return INT_MAX; }
-
 Op make_op(OpKind kind, const char* name) {
     Op op;
-    std::memset(static_cast<OrtCustomOp*>(&op), 0, sizeof(OrtCustomOp));
+    edge_spec_ort::init_op(op, kApiVersion);
     op.kind = kind;
     op.name = name;
-    op.version = kApiVersion;
     op.GetName = op_name;
-    op.GetExecutionProviderType = op_ep;
     op.GetInputType = in_type;
     op.GetInputTypeCount = in_count;
     op.GetOutputType = out_type;
@@ -283,15 +258,8 @@ Op make_op(OpKind kind, const char* name) {
     op.KernelDestroy = destroy;
     op.GetInputCharacteristic = io_required;
     op.GetOutputCharacteristic = io_required;
-    op.GetInputMemoryType = mem_default;
-    op.GetVariadicInputMinArity = one;
-    op.GetVariadicInputHomogeneity = one;
-    op.GetVariadicOutputMinArity = one;
-    op.GetVariadicOutputHomogeneity = one;
     op.CreateKernelV2 = create_kernel_v2;
     op.KernelComputeV2 = compute_v2;
-    op.GetStartVersion = start_version;
-    op.GetEndVersion = end_version;
     return op;
 }
 
@@ -307,6 +275,7 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
         const OrtApi* v1 = api_base->GetApi(1);
         return v1 ? v1->CreateStatus(ORT_FAIL, "edge-spec's K-quant ops need ONNX Runtime 1.17 or later") : nullptr;
     }
+    edge_spec_ort::api() = g_api;
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
         return g_api->CreateStatus(ORT_FAIL, "edge-spec's K-quant ops need a CPU with AVX2, FMA and F16C");
