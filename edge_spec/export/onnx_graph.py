@@ -216,29 +216,23 @@ def _attention(g: GraphWriter, x: str, i: int, L: Layer, spec: GraphSpec, seqlen
         qkv_in = outs
     local = spec.local_layers is not None and spec.local_layers[i]
     cache = "_local" if local and spec.local_rope_theta is not None else ""
-    if spec.attention == OWN_ATTENTION:  # fp32 q/k/v and rotary tables; the cache's rounding is the op's
-        op = OWN_ATTENTION if spec.kv_dtype == "float16" else OWN_ATTENTION + "F32"
-        att = g.node(op, [*qkv_in, f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens, total,
-                          f"cos_cache{cache}", f"sin_cache{cache}"], f"{p}/{op}", domain="edge_spec",
-                     outputs=[f"{p}/{op}/output_0", f"present.{i}.key", f"present.{i}.value"],
-                     num_heads=spec.heads, kv_num_heads=spec.kv_heads,
-                     scale=float(1.0 / np.sqrt(spec.head_dim) if spec.attn_scale is None else spec.attn_scale),
-                     local_window_size=_window(spec, i), softcap=float(spec.attn_softcap))[0]
-        return graph_linear.linear(g, att, L.o, f"{p}/o_proj", lvl)
+    own = spec.attention == OWN_ATTENTION  # fp32 q/k/v and rotary tables; the cache's rounding is the op's
     half = spec.kv_dtype == "float16"
-    if half:  # GroupQueryAttention's T covers q/k/v, the caches and cos/sin: all fp16, the output cast back
+    if half and not own:  # GroupQueryAttention's T covers q/k/v, caches and cos/sin: all fp16, the output cast back
         qkv_in = [g.node("Cast", [t], f"{p}/{nm}/CastF16", to=10)[0] if t else t
                   for t, nm in zip(qkv_in, ("q", "k", "v"))]
         cache += "_f16"
-    att = g.node("GroupQueryAttention",
-                 [*qkv_in, f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens, total,
-                  f"cos_cache{cache}", f"sin_cache{cache}"], f"{p}/GroupQueryAttention", domain="com.microsoft",
-                 outputs=[f"{p}/GroupQueryAttention/output_0", f"present.{i}.key", f"present.{i}.value"],
+    if own:
+        op, domain, extra = OWN_ATTENTION if half else OWN_ATTENTION + "F32", "edge_spec", {}
+    else:
+        op, domain, extra = "GroupQueryAttention", "com.microsoft", {"do_rotary": 1, "rotary_interleaved": 0}
+    att = g.node(op, [*qkv_in, f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens, total,
+                      f"cos_cache{cache}", f"sin_cache{cache}"], f"{p}/{op}", domain=domain,
+                 outputs=[f"{p}/{op}/output_0", f"present.{i}.key", f"present.{i}.value"],
                  num_heads=spec.heads, kv_num_heads=spec.kv_heads,
                  scale=float(1.0 / np.sqrt(spec.head_dim) if spec.attn_scale is None else spec.attn_scale),
-                 do_rotary=1, rotary_interleaved=0, local_window_size=_window(spec, i),
-                 softcap=float(spec.attn_softcap))[0]
-    if half:
+                 local_window_size=_window(spec, i), softcap=float(spec.attn_softcap), **extra)[0]
+    if half and not own:
         att = g.node("Cast", [att], f"{p}/GroupQueryAttention/CastF32", to=1)[0]
     return graph_linear.linear(g, att, L.o, f"{p}/o_proj", lvl)
 

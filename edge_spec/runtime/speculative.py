@@ -370,8 +370,7 @@ def decode(dec: Decoder, cfg: SamplingConfig, policy: DraftPolicy | None, noise:
                 used.update(pg, pa, dec.t_draft, dec.t_verify, dec.drafter_passes,
                             timed=timed and (guesser is None or not step.guess))
             if guesser is not None and pg == 0 and policy is not None:  # a step the policies left without drafts
-                guesser.update(1 if step.guess else 0, pa if not step.guess else step.accepted, 0.0, dec.t_verify,
-                               timed=timed)
+                guesser.update(int(step.guess), step.accepted, 0.0, dec.t_verify, timed=timed)
             if lookup_policy is not None and used is not lookup_policy:
                 # a step without lookup drafts: lookup's re-probe countdown advances, its cost table learns
                 lookup_policy.update(0, 0, 0.0, dec.t_verify, timed=False)
