@@ -83,6 +83,19 @@ def test_decoder_drafts_from_the_table_where_the_context_has_no_match_losslessly
                max_new=24)[0] == ar
 
 
+def test_lookup_prefers_the_table_to_a_one_token_repeat() -> None:
+    """Draft sources in order of how often their drafts are right (BENCHMARKS.md, "Which lookup draft goes first"): a
+    repeat of the context's last 2-3 tokens, then the table, then a repeat of the last token alone."""
+    t = table([([1, 2, 3, 4, 5], 1)] * 3)
+    dec = Decoder(FakeModel(table_logits(0)), None, lookup=True, max_gamma=3, table=t)
+    dec.tok[:4], dec.n = np.array([2, 9, 1, 2]), 4  # "2" repeats (-> 9 1 2); "1 2" does not, and the table has it
+    assert dec.draft_lookup(3) == 3 and dec.drafts[:3].tolist() == [3, 4, 5] and dec.table_drafts
+    dec.tok[:5], dec.n = np.array([1, 2, 8, 1, 2]), 5  # "1 2" repeats: the context's own continuation goes first
+    assert dec.draft_lookup(3) == 3 and dec.drafts[:3].tolist() == [8, 1, 2] and not dec.table_drafts
+    dec.tok[:3], dec.n = np.array([6, 8, 6]), 3  # no table entry: the one-token repeat still drafts
+    assert dec.draft_lookup(3) == 2 and dec.drafts[:2].tolist() == [8, 6] and not dec.table_drafts
+
+
 def _first_two(table_t: np.ndarray, prompt: list[int], cfg: SamplingConfig) -> np.ndarray:
     """[V, V] joint probability of the first two tokens the fake target samples after ``prompt``."""
     p1 = probs(table_t[prompt[-2], prompt[-1]][None], cfg)[0]

@@ -10,9 +10,10 @@ the prompt on the first step, one token normally, two after an all-accepted step
 Drafts come from the drafter model, from prompt lookup (an earlier occurrence of the context's
 last n-gram), or from both (hybrid): then lookup drafts first whenever the committed context has
 a match of at least ``lookup_ngram_min`` tokens and its own draft-length policy wants drafts,
-and the drafter drafts otherwise. Where the context has no match, a bundle's static n-gram table
-(the target's own writing in other conversations, :mod:`edge_spec.runtime.ngrams`) may supply the
-lookup draft instead. Lookup drafts are deterministic (q is one-hot), cost nothing
+and the drafter drafts otherwise. Where the context repeats no 2-3 tokens, a bundle's static n-gram
+table (the target's own writing in other conversations, :mod:`edge_spec.runtime.ngrams`) may supply
+the lookup draft instead, before a repeat of the last token alone (right half as often on code:
+BENCHMARKS.md, "Which lookup draft goes first"). Lookup drafts are deterministic (q is one-hot), cost nothing
 to make, and go through the same verify rule, so every output guarantee holds whatever the source.
 
 Where lookup drafting is on, a step that drafted nothing carries a guess for the next token as a one-token draft
@@ -246,17 +247,20 @@ class Decoder:
         return logits[-1]
 
     def draft_lookup(self, gamma: int) -> int:
-        """Fill ``self.drafts[:g]`` with the continuation of the latest earlier match of the context's last
-        n-gram (``lookup_ngram_min``..3 tokens), else with the n-gram table's draft; returns g <= gamma, 0 when
-        neither has one."""
+        """Fill ``self.drafts[:g]`` with the continuation of the latest earlier match of the context's last 2-3
+        tokens, else with the n-gram table's draft, else (``lookup_ngram_min`` 1) with what followed the last
+        token's latest earlier occurrence; returns g <= gamma, 0 when none has one."""
         self.t_draft = 0.0
         self.drafter_passes = 0
         self.deterministic = True
-        got = lookup_draft(self.tok, self.n, gamma, ngram_min=self.lookup_ngram_min) if gamma > 0 else self.tok[:0]
+        got = lookup_draft(self.tok, self.n, gamma, ngram_min=max(2, self.lookup_ngram_min)) if gamma > 0 \
+            else self.tok[:0]
         self.table_drafts = False
         if not len(got) and gamma > 0 and self.table is not None:
             got = self.table.draft(self.tok, self.n, gamma)
             self.table_drafts = bool(len(got))
+        if not len(got) and gamma > 0 and self.lookup_ngram_min < 2:
+            got = lookup_draft(self.tok, self.n, gamma, ngram_min=self.lookup_ngram_min)
         self.drafts[:len(got)] = got
         return len(got)
 

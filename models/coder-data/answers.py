@@ -1,7 +1,8 @@
 """The coder pair's target answers ``prompts.txt`` through edge-spec's runtime: an answers file for its n-gram table.
 
     python models/coder-data/answers.py --bundle coder --out models/coder-data/answers.npz --minutes 25 \
-        [--shard 0/2 --threads 1]   # two shards on a core each, then: --merge A.npz B.npz --out answers.npz
+        [--shard 0/2 --threads 1] [--skip models/coder-data/answers.npz]   # two shards on a core each, then:
+        --merge A.npz B.npz --out answers-2.npz   # --skip: the prompts earlier files answered
 
 The answers are the bundle's target graph's own greedy text (``drafting="lookup"``: the same tokens as plain
 decoding), so the table predicts what the runtime writes. Prompts go in a fixed shuffled order; the file is
@@ -46,6 +47,8 @@ def answer(args: argparse.Namespace) -> int:
     order = [i for k, i in enumerate(order) if k % shards == shard]
     seqs, meta = _load_done(args.out)
     done = set(meta.get("prompt_indices", []))
+    for f in args.skip or []:  # prompts another answers file holds already (an earlier batch of this set)
+        done |= set(_load_done(f)[1].get("prompt_indices", []))
     engine = Engine.load(args.bundle, threads=args.threads, drafting="lookup", max_context=1024)
     empty = np.zeros((0, 0), np.int32)
     indices = list(meta.get("prompt_indices", []))
@@ -95,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minutes", type=float, default=25.0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--shard", default="0/1", help="i/n: answer every n-th prompt of the order from the i-th")
+    ap.add_argument("--skip", type=Path, nargs="+", metavar="ANSWERS_NPZ",
+                    help="leave out the prompts these answers files hold (the batches answered before)")
     ap.add_argument("--merge", type=Path, nargs="+", help="merge these answers files into --out instead")
     args = ap.parse_args(argv)
     return merge(args) if args.merge else answer(args)
