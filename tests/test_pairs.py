@@ -177,7 +177,7 @@ def test_coder_is_fetched_then_exported_once_with_its_export_args(fake_coder, tm
     assert CODER.export_args == ("--gguf-mode", "auto", "--target-quant", "int4:4", "--drafter-quant", "int4:4",
                                  "--kv-dtype", "fp16", "--default-drafting", "lookup")
     assert paths["target"].read_bytes() == PAYLOAD and paths["drafter"].read_bytes() == PAYLOAD[::-1]
-    assert set(paths) == {"target", "drafter", "ngrams/answers.npz"}  # the target's answers: its n-gram table
+    assert set(paths) == {"target", "drafter", "ngrams/answers.npz", "ngrams/answers-2.npz"}  # its n-gram table
     assert any("about 6 minutes" in m and "4 GiB" in m for m in msgs), msgs
     assert demo.resolve_bundle("coder") == out and len(exports) == 1  # cached: no second fetch or export
     # --gguf-mode auto: a machine where the K-quant kernels cannot run gets its own bundle (split), not this one
@@ -208,9 +208,10 @@ def test_coder_offline_with_nothing_cached_names_the_fix(fake_coder, monkeypatch
 def test_the_cache_key_tracks_the_pairs_data(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGE_SPEC_HOME", str(tmp_path))
     paths = demo.pair_checkpoints(CODER)
+    answers = {f"ngrams/{f.name}": f for f in sorted(CODER.ngrams.glob("answers*.npz"))}  # committed (models/coder-data)
+    assert "ngrams/answers.npz" in answers and "ngrams/answers-2.npz" in answers
     assert paths == {"target": tmp_path / "models" / QWEN_CODER_1_5B.filename,
-                     "drafter": tmp_path / "models" / QWEN_CODER_0_5B.filename,
-                     "ngrams/answers.npz": CODER.ngrams / "answers.npz"}  # committed (models/coder-data)
+                     "drafter": tmp_path / "models" / QWEN_CODER_0_5B.filename, **answers}
     key = demo.pair_key(CODER, paths)  # the model files need not exist: their sha256 are in the table
     without = {k: v for k, v in paths.items() if not k.startswith("ngrams/")}
     assert demo.pair_key(replace(CODER, ngrams=None), without) != key  # the answers are part of the key
