@@ -208,7 +208,7 @@ def test_coder_offline_with_nothing_cached_names_the_fix(fake_coder, monkeypatch
 def test_the_cache_key_tracks_the_pairs_data(tmp_path, monkeypatch):
     monkeypatch.setenv("EDGE_SPEC_HOME", str(tmp_path))
     paths = demo.pair_checkpoints(CODER)
-    answers = {f"ngrams/{f.name}": f for f in sorted(CODER.ngrams.glob("answers*.npz"))}  # committed (models/coder-data)
+    answers = {f"ngrams/{f.name}": f for f in sorted(CODER.ngrams.glob("answers*.npz"))}  # models/coder-data
     assert "ngrams/answers.npz" in answers and "ngrams/answers-2.npz" in answers
     assert paths == {"target": tmp_path / "models" / QWEN_CODER_1_5B.filename,
                      "drafter": tmp_path / "models" / QWEN_CODER_0_5B.filename, **answers}
