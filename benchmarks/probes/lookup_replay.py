@@ -1,7 +1,7 @@
 """Replay the target's greedy answers through model-free drafting rules: tokens per target pass, modelled speed.
 
-    python benchmarks/probes/lookup_replay.py --answers models/coder-data/answers.npz \
-        --costs 1 1.10 1.30 1.55 1.85 [--folds 4] [--rules current min2 ...]
+    python benchmarks/probes/lookup_replay.py --answers models/coder-data/answers.npz --engine --by-source \
+        --rules current oracle --costs 1 1.24 1.59 1.92 2.63 2.83 3.1 3.32 [--folds 4] [--share 0.5]
 
 Greedy drafting needs no model to be judged: a draft is accepted as far as it equals what the target wrote next, so
 the target's own greedy answers (the answers files of ``models/coder-data``) replay every rule exactly. Each answer
@@ -30,6 +30,11 @@ sys.path.insert(0, str(ROOT))
 from edge_spec.export.ngrams import count_table  # noqa: E402
 from edge_spec.runtime.drafting import lookup_draft  # noqa: E402
 from edge_spec.runtime.ngrams import NgramTable, ngram_hash  # noqa: E402
+
+
+def pass_cost(costs: list[float], rows: int) -> float:
+    """Modelled time of a pass of ``rows`` rows: ``costs[rows - 1]``, beyond the list +30 % of its last a row."""
+    return costs[min(rows, len(costs)) - 1] * (1 + max(0, rows - len(costs)) * 0.3)
 
 
 def _match_len(tok: np.ndarray, n: int, kmax: int) -> tuple[int, int]:
@@ -89,7 +94,7 @@ class Goodput:
         self.tokens, self.cost = 1.0, 1.0
 
     def c(self, rows: int) -> float:
-        return self.costs[min(rows, len(self.costs)) - 1] * (1 + max(0, rows - len(self.costs)) * 0.3)
+        return pass_cost(self.costs, rows)
 
     def choose(self, cands: list, pending: int) -> tuple:
         rate = self.tokens / self.cost
@@ -168,7 +173,7 @@ def replay(seq: np.ndarray, prompt_len: int, table: NgramTable | None, rule: dic
             s[2] += acc
             s[3] += g
         rows = pending + g
-        step_cost = costs[min(rows, len(costs)) - 1] * (1 + max(0, rows - len(costs)) * 0.3)
+        step_cost = pass_cost(costs, rows)
         cost += step_cost
         passes += 1
         step = min(acc + 1, end - n)
@@ -229,10 +234,7 @@ def engine_replay(seqs: list, tables: list, vocab: int, costs: list[float], gamm
     clock = _Clock()
     speculative.time = clock  # the loop's timings become modelled costs
 
-    def cost(k: int) -> float:
-        return costs[min(k, len(costs)) - 1] * (1 + max(0, k - len(costs)) * 0.3) if k <= 8 else 0.0
-
-    target = _Oracle(vocab, 4096, clock, cost)
+    target = _Oracle(vocab, 4096, clock, lambda k: pass_cost(costs, k))
     policy, guesser = DraftPolicy(gamma, free_drafts=True), DraftPolicy(1, free_drafts=True)
     tokens = passes = 0
     spent = 0.0

@@ -12,9 +12,10 @@ last n-gram), or from both (hybrid): then lookup drafts first whenever the commi
 a match of at least ``lookup_ngram_min`` tokens and its own draft-length policy wants drafts,
 and the drafter drafts otherwise. Where the context repeats no 2-3 tokens, a bundle's static n-gram
 table (the target's own writing in other conversations, :mod:`edge_spec.runtime.ngrams`) may supply
-the lookup draft instead, before a repeat of the last token alone (right half as often on code:
-BENCHMARKS.md, "Which lookup draft goes first"). Lookup drafts are deterministic (q is one-hot), cost nothing
-to make, and go through the same verify rule, so every output guarantee holds whatever the source.
+the lookup draft instead, before a repeat of the last token alone (right about a third as often
+as the table's on code: BENCHMARKS.md, "Which lookup draft goes first"). Lookup drafts are
+deterministic (q is one-hot), cost nothing to make, and go through the same verify rule, so every
+output guarantee holds whatever the source.
 
 Where lookup drafting is on, a step that drafted nothing carries a guess for the next token as a one-token draft
 (:meth:`Decoder.draft_guess`: a repeat in the context, the n-gram table, the table's unfiltered guess for the last
