@@ -14,7 +14,7 @@ ext_modules = []
 if platform.machine().lower() in ("x86_64", "amd64"):
     ext_modules.append(Extension(
         "edge_spec._kquant",
-        sources=[f"{SRC}/kquant.cpp", f"{SRC}/kquant_vnni.cpp", f"{SRC}/kquant_q32.cpp",
+        sources=[f"{SRC}/kquant.cpp", f"{SRC}/kquant_vnni.cpp", f"{SRC}/kquant_amx.cpp", f"{SRC}/kquant_q32.cpp",
                  f"{SRC}/kquant_q32_vnni.cpp", f"{SRC}/attention.cpp", f"{SRC}/gguf_ops.cpp"],
         include_dirs=[SRC, f"{SRC}/include"],  # include/: ONNX Runtime's C API headers (MIT), vendored
         language="c++",

@@ -60,8 +60,10 @@ def kquant_library() -> tuple[Path | None, str]:
 
 def kquant_isa() -> str | None:
     """The instruction set the library's interleaved kernels run on in this process, as the library itself says:
-    "avx512vnni" where the CPU has AVX512VL and AVX512VNNI (kernels/kquant/kquant_vnni.cpp; the same outputs bit for
-    bit), else "avx2"; None without the library. ``EDGE_SPEC_KQUANT_ISA=avx2`` keeps them on AVX2 (read once)."""
+    "amx" where the CPU and the OS allow AMX tiles (kernels/kquant/kquant_amx.cpp for passes of 8 rows or more, VNNI
+    below), "avx512vnni" where the CPU has AVX512VL and AVX512VNNI (kernels/kquant/kquant_vnni.cpp), else "avx2" —
+    the same outputs bit for bit; None without the library. ``EDGE_SPEC_KQUANT_ISA=avx2`` or ``=avx512vnni`` keeps
+    them on that one (read once)."""
     import ctypes
 
     path = kquant_library()[0]

@@ -171,33 +171,40 @@ for t in (12, 14, 8, 6):
     for n in (64, 24):  # 24: an odd number of groups of 8 (the last pair is half)
         rng = np.random.default_rng(5)
         w = stored(make_tensor(rng, t, n, 1536), t, 8)
-        a = rng.standard_normal((9, 1536)).astype(np.float32)
+        a = rng.standard_normal((17, 1536)).astype(np.float32)
         sess = session(sys.argv[2], model("GgufMatMul", t, 8))
-        out[f"{t}-{n}"] = np.concatenate([matmul(sess, a[:m], w) for m in (1, 2, 3, 4, 5, 9)], axis=0)
+        out[f"{t}-{n}"] = np.concatenate([matmul(sess, a[:m], w) for m in (1, 2, 3, 4, 5, 8, 9, 16, 17)], axis=0)
 np.savez(sys.argv[3], **out)
 """
 
 
-def test_matmul_avx512_vnni_equals_avx2_bit_for_bit(lib: str, tmp_path) -> None:
+def test_matmul_avx512_vnni_and_amx_equal_avx2_bit_for_bit(lib: str, tmp_path) -> None:
     """Where the CPU has AVX-512 VNNI the interleaved kernels run kquant_vnni.cpp (and kquant_q32_vnni.cpp for
-    Q8_0 / Q5_0): the same numbers as the AVX2 kernels (EDGE_SPEC_KQUANT_ISA=avx2), bit for bit, at every row
-    count. The ISA is chosen once per process."""
+    Q8_0 / Q5_0), and where it has AMX too, kquant_amx.cpp for the K-quant passes of several rows: the same numbers
+    as the AVX2 kernels (EDGE_SPEC_KQUANT_ISA=avx2), bit for bit, at every row count (17: a pass of more rows than a
+    tile holds). The ISA is chosen once per process; without the variable it is the best the CPU has."""
     import subprocess
     import sys
 
-    if not {"avx512vl", "avx512_vnni"} <= (kernels._cpu_flags() or set()):
+    flags = kernels._cpu_flags() or set()
+    if not {"avx512vl", "avx512_vnni"} <= flags:
         pytest.skip("this CPU has no AVX-512 VNNI: only the AVX2 kernels run here")
+    isas = ["avx2", "avx512vnni"] + (["amx"] if {"amx_tile", "amx_int8"} <= flags else [])
     here = os.path.dirname(__file__)
     runs = {}
-    for isa in ("avx2", "avx512vnni"):
+    for isa in isas:
         env = {**os.environ, "EDGE_SPEC_KQUANT_ISA": isa}
+        if isa == "amx":  # the default where the CPU (and the kernel) allow the tiles
+            env.pop("EDGE_SPEC_KQUANT_ISA")
         subprocess.run([sys.executable, "-c", _ISA_RUN, here, lib, str(tmp_path / f"{isa}.npz")], env=env,
                        check=True)
         runs[isa] = np.load(tmp_path / f"{isa}.npz")
         assert str(runs[isa]["isa"]) == isa  # the library says which kernels it ran
-    for key in runs["avx2"].files:
-        if key != "isa":
-            np.testing.assert_array_equal(runs["avx2"][key].view(np.uint32), runs["avx512vnni"][key].view(np.uint32))
+    for isa in isas[1:]:
+        for key in runs["avx2"].files:
+            if key != "isa":
+                np.testing.assert_array_equal(runs["avx2"][key].view(np.uint32), runs[isa][key].view(np.uint32),
+                                              err_msg=f"{isa} against avx2, {key}")
 
 
 @pytest.mark.parametrize("ggml_type", [Q4_K, Q6_K])

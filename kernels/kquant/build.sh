@@ -12,10 +12,10 @@ fi
 out="${1:-$here/libedge_spec_kquant.so}"
 # -ffp-contract=off: the float operations are the intrinsics' own, the same in every row-tile variant.
 g++ -O3 -mavx2 -mfma -mf16c -ffp-contract=off -std=c++17 -fPIC -shared -fvisibility=hidden \
-    -Wall -Wextra -I"$inc" "$here/kquant.cpp" "$here/kquant_vnni.cpp" "$here/kquant_q32.cpp" "$here/kquant_q32_vnni.cpp" "$here/attention.cpp" "$here/gguf_ops.cpp" -o "$out"
+    -Wall -Wextra -I"$inc" "$here/kquant.cpp" "$here/kquant_vnni.cpp" "$here/kquant_amx.cpp" "$here/kquant_q32.cpp" "$here/kquant_q32_vnni.cpp" "$here/attention.cpp" "$here/gguf_ops.cpp" -o "$out"
 echo "$out"
 if [[ "${BUILD_BENCH:-0}" == 1 ]]; then  # the kernels alone, without ONNX Runtime (bench_kernels.cpp)
     g++ -O3 -mavx2 -mfma -mf16c -ffp-contract=off -std=c++17 -Wall -Wextra \
-        "$here/kquant.cpp" "$here/kquant_vnni.cpp" "$here/bench_kernels.cpp" -o "$here/bench_kernels"
+        "$here/kquant.cpp" "$here/kquant_vnni.cpp" "$here/kquant_amx.cpp" "$here/bench_kernels.cpp" -o "$here/bench_kernels"
     echo "$here/bench_kernels"
 fi

@@ -505,14 +505,21 @@ const char* x8_isa() {
     static const char* isa = [] {
         const char* want = std::getenv("EDGE_SPEC_KQUANT_ISA");
         const bool avx2 = want != nullptr && std::strcmp(want, "avx2") == 0;
-        return !avx2 && vnni_supported() ? "avx512vnni" : "avx2";
+        const bool vnni = want != nullptr && std::strcmp(want, "avx512vnni") == 0;
+        if (avx2 || !vnni_supported()) return "avx2";
+        return !vnni && amx_supported() ? "amx" : "avx512vnni";
     }();
     return isa;
 }
 
 void gemm_rows_x8(int ggml_type, const BlockQ8* q8, int64_t m, int64_t nb, const uint8_t* w, int64_t n0,
                   int64_t n1, float* out, int64_t ldo) {
-    static const bool vnni = std::strcmp(x8_isa(), "avx512vnni") == 0;
+    static const bool amx = std::strcmp(x8_isa(), "amx") == 0;
+    static const bool vnni = amx || std::strcmp(x8_isa(), "avx512vnni") == 0;
+    if (amx && m >= kAmxFromRows) {
+        gemm_rows_x8_amx(ggml_type, q8, m, nb, w, n0, n1, out, ldo);
+        return;
+    }
     if (vnni) {
         gemm_rows_x8_vnni(ggml_type, q8, m, nb, w, n0, n1, out, ldo);
         return;

@@ -113,9 +113,18 @@ void gemm_rows_x8(int ggml_type, const BlockQ8* q8, int64_t m, int64_t nb, const
 void gemm_rows_x8_vnni(int ggml_type, const BlockQ8* q8, int64_t m, int64_t nb, const uint8_t* w, int64_t n0,
                        int64_t n1, float* out, int64_t ldo);
 bool vnni_supported();
-// The instruction set gemm_rows_x8 uses: "avx512vnni" where the CPU has AVX512VL + AVX512VNNI, else "avx2";
-// EDGE_SPEC_KQUANT_ISA=avx2 in the environment (read once) keeps it on AVX2.
+// gemm_rows_x8 on AMX tiles for passes of several rows (kquant_amx.cpp: tdpbssd per sub-block, the VNNI kernels'
+// integers and float operations, so their outputs bit for bit); only where ``amx_supported()``.
+void gemm_rows_x8_amx(int ggml_type, const BlockQ8* q8, int64_t m, int64_t nb, const uint8_t* w, int64_t n0,
+                      int64_t n1, float* out, int64_t ldo);
+// AMX-TILE + AMX-INT8 + AVX-512 VNNI, the tile state enabled by the OS and granted to this process (Linux:
+// arch_prctl ARCH_REQ_XCOMP_PERM, asked once).
+bool amx_supported();
+// The instruction set gemm_rows_x8 uses: "amx" where amx_supported() (AMX tiles for passes of kAmxFromRows rows or
+// more, VNNI below), else "avx512vnni" where the CPU has AVX512VL + AVX512VNNI, else "avx2";
+// EDGE_SPEC_KQUANT_ISA=avx512vnni or =avx2 in the environment (read once) keeps it on that one.
 const char* x8_isa();
+constexpr int64_t kAmxFromRows = 8;
 
 // Dequantization (the embedding's GgufGather): y[0 .. nb * 256) = row ``n`` of W in fp32, the same numbers as
 // ggml's dequantize_row_q4_K / _q6_K and gguf-py's gguf.quants.dequantize, bit for bit (their operation order:
