@@ -23,6 +23,7 @@
 
 #include "kquant.h"
 #include "kquant_masks.h"
+#include "kquant_vectors.h"
 
 // A compiler without the tile intrinsics (GCC < 11, clang < 12) builds the library without this path.
 #if defined(__has_include) && (__has_include(<amxtileintrin.h>) || __has_include(<amxintrin.h>))
@@ -65,28 +66,6 @@ KQ_AMX void configure(int m, int kbytes) {
     _tile_loadconfig(&c);
 }
 
-KQ_AMX inline __m512i load2(const uint8_t* b, const uint8_t* c) {  // 32 bytes of group g0, then 32 of g1
-    return _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b))),
-                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)), 1);
-}
-KQ_AMX inline __m512 fp16x2(const uint8_t* b, const uint8_t* c) {
-    return _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c)),
-                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(b))));
-}
-KQ_AMX inline __m512i bcast4(const void* p) {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return _mm512_set1_epi32(v);
-}
-KQ_AMX inline __m512i shuffle(__m512i a, const int8_t* m32) {
-    return _mm512_shuffle_epi8(a, _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(m32))));
-}
-KQ_AMX inline __m512i byte_u32(__m512i v, int k) {
-    return _mm512_and_si512(_mm512_srli_epi32(v, 8 * k), _mm512_set1_epi32(0xFF));
-}
-KQ_AMX inline __m512i byte_s32(__m512i v, int k) {
-    return _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * k), 24);
-}
 KQ_AMX inline __m512i ctile(const int32_t* c) { return _mm512_load_si512(c); }
 
 // C tiles 0-3 += A (4 / 6) x B (5 / 7) for four sub-blocks: activations at a + kbytes * s (rows astride apart),
@@ -124,12 +103,12 @@ KQ_AMX void q4k_amx(const BlockQ8* q8, int m, int64_t nb, const uint8_t* w, int6
         if (c != b) prefetch_block(c, Q4_K_X8_BYTES);
         for (int j = 0; j < 4; ++j)
             for (int t = 0; t < 8; ++t) {
-                const __m512i bits = load2(b + 128 + 256 * j + 32 * t, c + 128 + 256 * j + 32 * t);
+                const __m512i bits = W16::load(b + 128 + 256 * j + 32 * t, c + 128 + 256 * j + 32 * t);
                 _mm512_store_si512(bt[2 * j] + 64 * t, _mm512_and_si512(bits, m4));
                 _mm512_store_si512(bt[2 * j + 1] + 64 * t, _mm512_and_si512(_mm512_srli_epi16(bits, 4), m4));
             }
-        const __m512 d = fp16x2(b, c), dm = fp16x2(b + 16, c + 16);
-        const __m512i p0 = load2(b + 32, c + 32), p1 = load2(b + 64, c + 64), p2 = load2(b + 96, c + 96);
+        const __m512 d = W16::fp16(b, c), dm = W16::fp16(b + 16, c + 16);
+        const __m512i p0 = W16::load(b + 32, c + 32), p1 = W16::load(b + 64, c + 64), p2 = W16::load(b + 96, c + 96);
         const __m512i sc03 = _mm512_and_si512(p0, lo6), mn03 = _mm512_and_si512(p1, lo6);
         const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(p2, lo4),
                                              _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(p0, 6), lo2), 4));
@@ -143,12 +122,14 @@ KQ_AMX void q4k_amx(const BlockQ8* q8, int m, int64_t nb, const uint8_t* w, int6
             for (int jj = 0; jj < 2; ++jj) {  // sub-blocks 2 j, 2 j + 1 of j = 2 half + jj
                 const int j = 2 * half + jj;
                 const __m512i scs = j < 2 ? sc03 : sc47;
-                const __m512i s_lo = byte_u32(scs, (2 * j) & 3), s_hi = byte_u32(scs, (2 * j + 1) & 3);
-                const __m512i mins = shuffle(j < 2 ? mn03 : mn47, kPick[1][(2 * j) & 3]);
+                const __m512i s_lo = byte_u32<W16>(scs, (2 * j) & 3), s_hi = byte_u32<W16>(scs, (2 * j + 1) & 3);
+                const __m512i mins = W16::shuffle(j < 2 ? mn03 : mn47, kPick[1][(2 * j) & 3]);
                 for (int r = 0; r < m; ++r) {
-                    isum[r] = _mm512_add_epi32(isum[r], _mm512_add_epi32(_mm512_mullo_epi32(ctile(ct[2 * jj][r]), s_lo),
-                                                                         _mm512_mullo_epi32(ctile(ct[2 * jj + 1][r]), s_hi)));
-                    imin[r] = _mm512_add_epi32(imin[r], _mm512_madd_epi16(mins, bcast4(q8[r * nb + i].bsums32 + 2 * j)));
+                    const __m512i lo = _mm512_mullo_epi32(ctile(ct[2 * jj][r]), s_lo);
+                    const __m512i hi = _mm512_mullo_epi32(ctile(ct[2 * jj + 1][r]), s_hi);
+                    isum[r] = _mm512_add_epi32(isum[r], _mm512_add_epi32(lo, hi));
+                    const __m512i bsums = W16::bcast4(q8[r * nb + i].bsums32 + 2 * j);
+                    imin[r] = _mm512_add_epi32(imin[r], _mm512_madd_epi16(mins, bsums));
                 }
             }
         }
@@ -158,13 +139,7 @@ KQ_AMX void q4k_amx(const BlockQ8* q8, int m, int64_t nb, const uint8_t* w, int6
             accm[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin[r]), _mm512_mul_ps(dm, _mm512_set1_ps(da)), accm[r]);
         }
     }
-    for (int r = 0; r < m; ++r) {
-        const __m512 y = _mm512_sub_ps(acc[r], accm[r]);
-        if (g1 != g0)
-            _mm512_storeu_ps(out + r * ldo + 8 * g0, y);
-        else
-            _mm256_storeu_ps(out + r * ldo + 8 * g0, _mm512_castps512_ps256(y));
-    }
+    for (int r = 0; r < m; ++r) W16::store(out + r * ldo + 8 * g0, _mm512_sub_ps(acc[r], accm[r]), g1 != g0);
 }
 
 // The same for Q6_K: 16 sub-blocks of 16 values, the codes 0..63 (their -32 as 32 * scale * (sum of a), as there).
@@ -185,8 +160,8 @@ KQ_AMX void q6k_amx(const BlockQ8* q8, int m, int64_t nb, const uint8_t* w, int6
         for (int h = 0; h < 2; ++h)
             for (int t = 0; t < 8; ++t) {  // sub-block 8 h + 2 k + t / 4, its row t % 4
                 const int64_t v = 144 + 96 * (8 * h + t);
-                const __m512i l0 = load2(b + v, c + v), l1 = load2(b + v + 32, c + v + 32);
-                const __m512i hb = load2(b + v + 64, c + v + 64);
+                const __m512i l0 = W16::load(b + v, c + v), l1 = W16::load(b + v + 32, c + v + 32);
+                const __m512i hb = W16::load(b + v + 64, c + v + 64);
                 const __m512i q[4] = {
                     _mm512_or_si512(_mm512_and_si512(l0, m4), _mm512_slli_epi16(_mm512_and_si512(hb, m2), 4)),
                     _mm512_or_si512(_mm512_and_si512(l1, m4), _mm512_slli_epi16(_mm512_and_si512(hb, m2b), 2)),
@@ -195,16 +170,16 @@ KQ_AMX void q6k_amx(const BlockQ8* q8, int m, int64_t nb, const uint8_t* w, int6
                                     _mm512_srli_epi16(_mm512_and_si512(hb, m2d), 2))};
                 for (int k = 0; k < 4; ++k) _mm512_store_si512(bt[8 * h + 2 * k + t / 4] + 64 * (t % 4), q[k]);
             }
-        const __m512 d = fp16x2(b, c);
+        const __m512 d = W16::fp16(b, c);
         __m512i planes[4];
-        for (int p = 0; p < 4; ++p) planes[p] = load2(b + 16 + 32 * p, c + 16 + 32 * p);
+        for (int p = 0; p < 4; ++p) planes[p] = W16::load(b + 16 + 32 * p, c + 16 + 32 * p);
         const int8_t* a = q8[0 * nb + i].qs;
         __m512i isum[kMaxRows];
         for (int r = 0; r < m; ++r) {  // the codes' -32: 32 * sum over sub-blocks of scale * (sum of a)
             __m512i s = _mm512_setzero_si512();
             for (int k = 0; k < 8; ++k) {
-                const __m512i pair = _mm512_srai_epi16(shuffle(planes[k / 2], kPickSigned[1][(2 * k) % 4]), 8);
-                s = _mm512_add_epi32(s, _mm512_madd_epi16(pair, bcast4(q8[r * nb + i].bsums + 2 * k)));
+                const __m512i pair = _mm512_srai_epi16(W16::shuffle(planes[k / 2], kPickSigned[1][(2 * k) % 4]), 8);
+                s = _mm512_add_epi32(s, _mm512_madd_epi16(pair, W16::bcast4(q8[r * nb + i].bsums + 2 * k)));
             }
             isum[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s, 5));
         }
@@ -212,20 +187,16 @@ KQ_AMX void q6k_amx(const BlockQ8* q8, int m, int64_t nb, const uint8_t* w, int6
             KQ_FOUR_SUBBLOCKS(a, astride, bt, 16, 4 * quarter);
             for (int k = 0; k < 4; ++k) {
                 const int sub = 4 * quarter + k;
-                const __m512i sc = byte_s32(planes[sub / 4], sub % 4);
-                for (int r = 0; r < m; ++r) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(ctile(ct[k][r]), sc));
+                const __m512i sc = byte_s32<W16>(planes[sub / 4], sub % 4);
+                for (int r = 0; r < m; ++r)
+                    isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(ctile(ct[k][r]), sc));
             }
         }
         for (int r = 0; r < m; ++r)
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_mul_ps(d, _mm512_set1_ps(q8[r * nb + i].d)),
                                      acc[r]);
     }
-    for (int r = 0; r < m; ++r) {
-        if (g1 != g0)
-            _mm512_storeu_ps(out + r * ldo + 8 * g0, acc[r]);
-        else
-            _mm256_storeu_ps(out + r * ldo + 8 * g0, _mm512_castps512_ps256(acc[r]));
-    }
+    for (int r = 0; r < m; ++r) W16::store(out + r * ldo + 8 * g0, acc[r], g1 != g0);
 }
 
 #undef KQ_FOUR_SUBBLOCKS
