@@ -562,6 +562,27 @@ def test_answers_of_several_runs_merge_without_repeats(tiny_target, tmp_path):
         ids.read_many([runs[0], other])
 
 
+def test_answers_that_mark_none_held_out_have_prompts_held_out(tiny_target, tmp_path):
+    """An answers file written outside distill may mark no answer held out (models/coder-data's): a run on it holds
+    out the configured share by a hash of the prompt ids — stable, independent of file order, a prompt on one side
+    only — and trains, instead of stopping for want of held-out text."""
+    from edge_spec.distill import ids
+
+    gen = tmp_path / "gen"
+    distill(replace(_config(tiny_target, gen, 1), data_only=True), _quiet)
+    t, h, _ = ids.read(gen / "data" / "answers.npz")
+    flat = tmp_path / "flat.npz"
+    ids.pack(t + h, [], flat, {"target_sha256": file_sha256(tiny_target)})
+    kept, held = ids.split_heldout(t + h, 30)
+    again_kept, again_held = ids.split_heldout(list(reversed(t + h)), 30)
+    key = {s.ids[:s.prompt_len].tobytes() for s in held}
+    assert held and kept and len(kept) + len(held) == len(t + h)
+    assert {s.ids.tobytes() for s in again_held} == {s.ids.tobytes() for s in held}
+    assert not key & {s.ids[:s.prompt_len].tobytes() for s in kept}
+    report = distill(replace(_config(tiny_target, tmp_path / "train", 1), answers=(flat,)), _quiet)
+    assert report["data"]["heldout_sequences"] == len(held) and report["data"]["train_sequences"] == len(kept)
+
+
 def test_builtin_prompts_are_distinct_deterministic_and_keep_the_benchmark_prompts_out():
     """The distillation pool never holds a prompt the benchmarks measure drafters on, so acceptance on
     benchmarks/chat_prompts.py is acceptance on unseen prompts."""

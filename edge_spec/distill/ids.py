@@ -10,6 +10,7 @@ logsumexp with one teacher-forced pass (:func:`teacher_targets`) instead of gene
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -98,6 +99,18 @@ def read_many(paths: list[Path]) -> tuple[list[Sequence], list[Sequence], dict]:
                               # text the target did not write (e.g. teacher-forced ShareGPT replies) says so
                               **({"source": m["source"]} if m.get("source") else {})})
     return train, held, meta
+
+
+def split_heldout(train: list[Sequence], percent: int) -> tuple[list[Sequence], list[Sequence]]:
+    """Hold out ``percent`` % of ``train`` by a hash of each sequence's prompt ids, for answers files that mark none
+    held out (e.g. written by a script rather than a distill run): stable (the same prompt always lands on the same
+    side, whatever the files and their order), and a prompt answered twice stays on one side. Returns (train, held)."""
+    kept: list[Sequence] = []
+    held: list[Sequence] = []
+    for seq in train:
+        digest = hashlib.sha256(np.asarray(seq.ids[:seq.prompt_len], np.int32).tobytes()).digest()
+        (held if int.from_bytes(digest[:4], "little") % 100 < percent else kept).append(seq)
+    return kept, held
 
 
 @torch.no_grad()

@@ -131,6 +131,10 @@ def _distill(cfg: DistillConfig, device: str, log: Callable[[str], None]) -> dic
     answers = answer_files(cfg.answers)
     if answers:  # ids only: the teacher's targets are recomputed, nothing is generated
         train_seqs, held_seqs, info = ids_mod.read_many(answers)
+        if train_seqs and not held_seqs and not cfg.data_only:  # files marking none held out: hold out prompts
+            train_seqs, held_seqs = ids_mod.split_heldout(train_seqs, data_cfg.heldout_percent)
+            log(f"data: the answers files mark no held-out answers; holding out {len(held_seqs)} of "
+                f"{len(train_seqs) + len(held_seqs)} by a hash of their prompts ({data_cfg.heldout_percent} %)")
         if info.get("target_sha256") not in (None, target.sha256):
             raise EdgeSpecError(f"'{answers[0]}' holds answers written by another target (sha256 "
                                 f"{str(info['target_sha256'])[:12]}...); pass the answers of '{cfg.target}'.")
