@@ -45,7 +45,7 @@ def _profiled_options(prefix: str):
     return options
 
 
-GGML_NAMES = {12: "Q4_K", 14: "Q6_K", 8: "Q8_0", 6: "Q5_0"}
+GGML_NAMES = {12: "Q4_K", 14: "Q6_K", 8: "Q8_0", 6: "Q5_0", 3: "Q4_1"}
 
 
 def node_kinds(graph: Path) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 The K-quant library (``kernels/kquant/``, built by pip into ``edge_spec/_kquant*.so`` when a C++
 compiler is at hand on x86-64) adds the custom ops ``edge_spec::GgufMatMul`` (``y = x @ W^T`` straight from a
-GGUF's Q4_K / Q6_K super-blocks, or Q8_0 / Q5_0 blocks of 32) and ``edge_spec::GgufGather`` (embedding rows from
+GGUF's Q4_K / Q6_K super-blocks, or Q8_0 / Q5_0 / Q4_1 blocks of 32) and ``edge_spec::GgufGather`` (embedding rows from
 the K-quants). A graph that uses them
 says so in its manifest (``ModelSpec.custom_ops``); graphs without them never need the library.
 ``EDGE_SPEC_KQUANT_LIB`` points at another build of it (a path, or ``none`` to act as if it were absent).

@@ -120,9 +120,10 @@ def assert_greedy_sd_equals_ar(engine, max_new_tokens: int) -> None:
 
 def write_tiny_gguf(path: Path, arch: str, layers: int, seed: int, embed_seed: int = 0, embed_type: Q = Q.Q8_0,
                     head_type: Q | None = None, specials: list[str] = SPECIALS,
-                    kv: dict[str, int] | None = None) -> Path:
-    """A random ``arch`` (llama | qwen2 | qwen3) decoder as GGUF: tied Q8_0 embedding, Q4_0/Q4_1/Q8_0 linear layers;
-    ``specials``: its control tokens (the first three as SPECIALS), ``kv``: more uint32 metadata."""
+                    kv: dict[str, int] | None = None, layer_type: Q | None = None) -> Path:
+    """A random ``arch`` (llama | qwen2 | qwen3) decoder as GGUF: tied Q8_0 embedding, Q4_0/Q4_1/Q8_0 linear layers
+    (``layer_type``: all of them that type, as SmolLM2-135M's Q4_1 file); ``specials``: its control tokens (the first
+    three as SPECIALS), ``kv``: more uint32 metadata."""
     tokens, merges = _vocab(specials)
     vocab = len(tokens)
     head = _head(arch)
@@ -143,6 +144,7 @@ def write_tiny_gguf(path: Path, arch: str, layers: int, seed: int, embed_seed: i
         m = rng.normal(0, 0.08, (n, k)).astype(np.float32)
         if permute_heads and arch == "llama":
             m = _permute(m, permute_heads)
+        qtype = layer_type or qtype
         w.add_tensor(name, gguf.quants.quantize(m, qtype), raw_dtype=qtype)
 
     emb = np.random.default_rng(embed_seed).normal(0, 0.5, (vocab, HIDDEN)).astype(np.float32)

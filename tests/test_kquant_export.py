@@ -3,7 +3,7 @@ kernels (edge_spec::GgufMatMul / GgufGather, kernels/kquant/). A tiny random qwe
 types (Q4_K layers, Q6_K attention V and FFN down, a tied Q6_K embedding; a drafter with an untied Q4_K embedding,
 a Q6_K output and the 0.5B's Q5_0 / Q8_0 layer weights) exports at the file's size, follows transformers on the
 same file, and decodes losslessly: greedy speculative == greedy with no drafter == a plain ONNX Runtime loop over
-the target graph."""
+the target graph. A Q4_1 file (the demo's SmolLM2 type) runs on the kernels too."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from kquant_blocks import kquant_expected, random_kquant
-from test_gguf_export import _vocab, finish, write_header, write_tokenizer
+from test_gguf_export import _vocab, finish, write_header, write_tiny_gguf, write_tokenizer
 
 from edge_spec import kernels
 from edge_spec.bundle import read_manifest
@@ -276,3 +276,44 @@ def test_auto_mode_falls_back_to_onnx_runtimes_kernels(tmp_path: Path, monkeypat
         assert read_manifest(tmp_path / "kquant").target.custom_ops == ["edge_spec.kquant"]
         with pytest.raises(ExportError, match="ONNX Runtime Mobile cannot load.*--gguf-mode split"):
             package_bundle(tmp_path / "kquant", tmp_path / "mobile")
+
+
+@pytest.mark.slow
+def test_a_q4_1_file_runs_on_the_kernels_losslessly(tmp_path: Path) -> None:
+    """SmolLM2-135M's file type: Q4_1 layers (blocks of 32 with a min) and a tied Q8_0 embedding. In kquant mode every
+    layer weight is a GgufMatMul of ggml_type 3 on the file's bytes, the attention the library's, no padding row;
+    the logits follow transformers fp32 on the same file; greedy speculative == greedy with no drafter."""
+    import onnx
+    import torch
+    from test_gguf_export import assert_greedy_sd_equals_ar
+    from transformers import AutoModelForCausalLM
+
+    from edge_spec.runtime.engine import Engine
+
+    target = write_tiny_gguf(tmp_path / "target.gguf", "llama", 2, seed=4, layer_type=Q.Q4_1)
+    drafter = write_tiny_gguf(tmp_path / "drafter.gguf", "llama", 1, seed=5, layer_type=Q.Q4_1)
+    out = tmp_path / "bundle"
+    opts = ExportOptions(trim_vocab=None, max_context=128, measure_memory=False, target_quant=Quant("int4", 4),
+                         drafter_quant=Quant("int4", 4), gguf_mode="kquant")
+    export_bundle(str(target), str(drafter), out, opts, progress=None)
+    m = read_manifest(out)
+    rows = {t["name"]: t for t in m.target.tensors}
+    layers = [t for t in gguf.GGUFReader(str(target)).tensors if t.tensor_type.name == "Q4_1"]
+    assert len(layers) == 2 * 7
+    for t in layers:
+        row = rows[t.name]
+        assert row["onnx_op"] == "GgufMatMul" and row["exact"] and row["bytes"] == t.n_bytes, t.name
+        assert row["block"] == 32 and row["bits"] == 4
+    g = onnx.load(str(out / m.target.graph), load_external_data=False).graph
+    assert {a.i for n in g.node if n.op_type == "GgufMatMul" for a in n.attribute if a.name == "ggml_type"} == {3}
+    assert [n.op_type for n in g.node].count("CacheAttention") == 2 and m.target.pad_rows == 0
+
+    ids = [1, 60, 61, 300, 5, 100, 250, 2, 7, 9, 11, 40]
+    ours = Decoder(out / m.target.graph, 64, m.target.head_size).forward(ids, 0)
+    model = AutoModelForCausalLM.from_pretrained(str(target.parent), gguf_file=target.name, dtype=torch.float32)
+    with torch.no_grad():
+        ref = model(torch.tensor([ids])).logits[0].numpy()
+    rel = np.sqrt(((ours - ref) ** 2).mean() / (ref ** 2).mean())
+    assert rel < 4e-2, rel  # int8 activations per 32, as llama.cpp's Q4_1 x Q8_1
+    assert (ours.argmax(-1) == ref.argmax(-1)).mean() >= 0.9
+    assert_greedy_sd_equals_ar(Engine.load(out, max_context=128), 24)

@@ -24,9 +24,9 @@ from onnx import TensorProto, helper
 from edge_spec import kernels
 from edge_spec.export.gguf_kquant import interleave8
 
-Q5_0, Q8_0, Q4_K, Q6_K = 6, 8, 12, 14
-BLOCK_BYTES = {Q4_K: 144, Q6_K: 210, Q5_0: 22, Q8_0: 34}
-BLOCK_VALUES = {Q4_K: 256, Q6_K: 256, Q5_0: 32, Q8_0: 32}
+Q4_1, Q5_0, Q8_0, Q4_K, Q6_K = 3, 6, 8, 12, 14
+BLOCK_BYTES = {Q4_K: 144, Q6_K: 210, Q5_0: 22, Q8_0: 34, Q4_1: 20}
+BLOCK_VALUES = {Q4_K: 256, Q6_K: 256, Q5_0: 32, Q8_0: 32, Q4_1: 32}
 QTYPE = {t: GGMLQuantizationType(t) for t in BLOCK_BYTES}
 SHAPES = [(64, 512), (40, 768)]  # [N, K]; N = 40: not a multiple of 8, interleave 0 only
 CASES = [(t, n, k, il) for t in (Q4_K, Q6_K) for n, k in SHAPES for il in (0, 8) if il == 0 or n % 8 == 0]
@@ -44,10 +44,11 @@ def lib() -> str:
 
 # ------------------------------------------------------------------------------------------------ helpers
 def make_tensor(rng: np.random.Generator, ggml_type: int, n: int, k: int) -> np.ndarray:
-    """Random valid blocks [N, K / block values * block bytes]: random bytes, finite fp16 d (and dmin)."""
+    """Random valid blocks [N, K / block values * block bytes]: random bytes, finite fp16 d (and dmin / m)."""
     nb = k // BLOCK_VALUES[ggml_type]
     b = rng.integers(0, 256, (n, nb, BLOCK_BYTES[ggml_type]), dtype=np.uint8)
-    at = {Q4_K: slice(0, 4), Q6_K: slice(208, 210)}.get(ggml_type, slice(0, 2))  # Q4_K: d, dmin; others: d
+    at = {Q4_K: slice(0, 4), Q4_1: slice(0, 4), Q6_K: slice(208, 210)}.get(ggml_type, slice(0, 2))  # Q4_K: d, dmin;
+    # Q4_1: d, m; others: d
     d = (rng.uniform(1e-4, 2e-2, (n, nb, (at.stop - at.start) // 2)) * rng.choice([-1, 1], (n, nb, 1)))
     b[..., at] = d.astype(np.float16).view(np.uint8)
     return b.reshape(n, -1)
@@ -167,7 +168,7 @@ sys.path.insert(0, sys.argv[1])
 from test_kquant_op import model, session, matmul, make_tensor, stored
 from edge_spec import kernels
 out = {"isa": np.array(kernels.kquant_isa())}
-for t in (12, 14, 8, 6):
+for t in (12, 14, 8, 6, 3):
     for n in (64, 24):  # 24: an odd number of groups of 8 (the last pair is half)
         rng = np.random.default_rng(5)
         w = stored(make_tensor(rng, t, n, 1536), t, 8)
@@ -180,9 +181,9 @@ np.savez(sys.argv[3], **out)
 
 def test_matmul_avx512_vnni_and_amx_equal_avx2_bit_for_bit(lib: str, tmp_path) -> None:
     """Where the CPU has AVX-512 VNNI the interleaved kernels run kquant_vnni.cpp (and kquant_q32_vnni.cpp for
-    Q8_0 / Q5_0), and where it has AMX too, kquant_amx.cpp for the K-quant passes of several rows: the same numbers
-    as the AVX2 kernels (EDGE_SPEC_KQUANT_ISA=avx2), bit for bit, at every row count (17: a pass of more rows than a
-    tile holds). The ISA is chosen once per process; without the variable it is the best the CPU has."""
+    Q8_0 / Q5_0 / Q4_1), and where it has AMX too, kquant_amx.cpp for the K-quant passes of several rows: the same
+    numbers as the AVX2 kernels (EDGE_SPEC_KQUANT_ISA=avx2), bit for bit, at every row count (17: a pass of more rows
+    than a tile holds). The ISA is chosen once per process; without the variable it is the best the CPU has."""
     import subprocess
     import sys
 

@@ -1,4 +1,4 @@
-"""GgufMatMul on Q8_0 and Q5_0 (ggml's blocks of 32; kernels/kquant/kquant_q32*.cpp), rows interleaved by 8.
+"""GgufMatMul on Q8_0, Q5_0 and Q4_1 (ggml's blocks of 32; kernels/kquant/kquant_q32*.cpp), rows interleaved by 8.
 
 Against float64 ``A @ W^T`` of gguf-py's dequantization, and against the kernels' arithmetic in exact math
 (activations rounded to int8 per 32: codes round(x * 127 / max |x|) to nearest even, d = 1 / (127 / max |x|));
@@ -12,16 +12,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gguf.quants import dequantize
-from test_kquant_op import Q5_0, Q8_0, QTYPE, lib, make_tensor, matmul, model, rel_rms, session  # noqa: F401
+from test_kquant_op import Q4_1, Q5_0, Q8_0, QTYPE, lib, make_tensor, matmul, model, rel_rms, session  # noqa: F401
 
 from edge_spec.export.gguf_kquant import interleave8, supports
 
-SHAPES = [(64, 896), (128, 4864), (24, 96)]  # [N, K]: the 0.5B coder drafter's widths; an odd group count
-CASES = [(t, n, k) for t in (Q8_0, Q5_0) for n, k in SHAPES]
+SHAPES = [(64, 896), (128, 4864), (24, 96), (192, 576)]  # [N, K]: the 0.5B coder drafter's widths; an odd group
+# count; SmolLM2-135M's k / v projections (a Q4_1 file)
+CASES = [(t, n, k) for t in (Q8_0, Q5_0, Q4_1) for n, k in SHAPES]
+NAMES = {Q8_0: "q8_0", Q5_0: "q5_0", Q4_1: "q4_1"}
 
 
 def _id(c: tuple) -> str:
-    return f"{'q8_0' if c[0] == Q8_0 else 'q5_0'}-{c[1]}x{c[2]}"
+    return f"{NAMES[c[0]]}-{c[1]}x{c[2]}"
 
 
 def q32(a: np.ndarray) -> np.ndarray:
@@ -62,7 +64,7 @@ def test_matmul_rows_and_threads_bit_for_bit(lib: str, case: tuple) -> None:  # 
         np.testing.assert_array_equal(matmul(two, a[:m], w).view(np.uint32), rows[:m].view(np.uint32))
 
 
-@pytest.mark.parametrize("t", [Q8_0, Q5_0])
+@pytest.mark.parametrize("t", [Q8_0, Q5_0, Q4_1])
 def test_what_the_kernels_refuse_is_an_error(lib: str, t: int) -> None:  # noqa: F811
     w = make_tensor(np.random.default_rng(0), t, 8, 64)
     with pytest.raises(Exception, match="interleaved by 8 only"):  # the file's row order
@@ -75,7 +77,7 @@ def test_what_the_kernels_refuse_is_an_error(lib: str, t: int) -> None:  # noqa:
 
 
 def test_export_takes_them_for_layer_weights_only() -> None:
-    assert supports("Q8_0", 896) and supports("Q5_0", 128)
+    assert supports("Q8_0", 896) and supports("Q5_0", 128) and supports("Q4_1", 576)
     assert not supports("Q8_0", 1598)  # N not a multiple of 8
-    assert not supports("Q5_0", None)  # an embedding or an LM head (VocabTrim takes rows)
+    assert not supports("Q5_0", None) and not supports("Q4_1", None)  # an embedding or an LM head (VocabTrim)
     assert supports("Q4_K", None) and supports("Q6_K", 1598) and not supports("Q4_0", 896)

@@ -59,7 +59,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--lm-head", choices=("int8", "fp32"),
                    help="Hugging Face checkpoints: keep the LM head at int8 or fp32 under an int4/int8 body")
     p.add_argument("--gguf-mode", choices=("auto", "kquant", "split", "exact", "fast", "compact"), default="auto",
-                   help="GGUF tensors: kquant = Q4_K / Q6_K (and Q8_0 / Q5_0 layer) tensors keep the file's bytes and "
+                   help="GGUF tensors: kquant = Q4_K / Q6_K (and Q8_0 / Q5_0 / Q4_1 layer) tensors keep the file's "
+                        "bytes and "
                         "run on edge-spec's compiled K-quant kernels (the graph at the file's size; other types as "
                         "split); auto = "
                         "kquant where those kernels run here, else split (default); split = float-offset types "

@@ -131,7 +131,7 @@ class Policy:
     otherwise as exact.
     fast: Q4_1/Q4_K/Q2_K as 8-bit integer zero points (not exact, error <= s/32); run it at accuracy_level 4.
     compact: MatMulNBits everywhere, float zero points included (smallest; slow fallbacks on CPU).
-    kquant: Q4_K / Q6_K tensors (and Q8_0 / Q5_0 layer weights of N a multiple of 8) keep the file's bytes and
+    kquant: Q4_K / Q6_K tensors (and Q8_0 / Q5_0 / Q4_1 layer weights of N a multiple of 8) keep the file's bytes and
     run on edge-spec's own kernels (GgufMatMul / GgufGather, export/gguf_kquant.py; the runtime needs the
     compiled library); other types as split."""
 

@@ -27,7 +27,7 @@ def is_split(w: Weight) -> bool:
 
 
 def is_kquant(w: Weight) -> bool:
-    """A gguf_kquant.KQuantWeight: the file's Q4_K / Q6_K / Q8_0 / Q5_0 rows, byte for byte (edge-spec's
+    """A gguf_kquant.KQuantWeight: the file's Q4_K / Q6_K / Q8_0 / Q5_0 / Q4_1 rows, byte for byte (edge-spec's
     own kernels)."""
     return hasattr(w, "ggml_type") and hasattr(w, "data")
 

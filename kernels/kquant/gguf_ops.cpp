@@ -5,11 +5,11 @@
 // GgufMatMul
 //   inputs:  A float32 [..., K];  B uint8 [N, K / 256 * block_bytes]: the GGUF tensor's rows of super-blocks as
 //            stored in the file (Q4_K: 144 bytes per 256 values, Q6_K: 210)
-//   attr:    ggml_type (int): 12 = Q4_K, 14 = Q6_K; 8 = Q8_0, 6 = Q5_0 (blocks of 32, interleave 8 only)
+//   attr:    ggml_type (int): 12 = Q4_K, 14 = Q6_K; 8 = Q8_0, 6 = Q5_0, 3 = Q4_1 (blocks of 32, interleave 8 only)
 //            interleave (int, optional): 0 = the file's row order (default), 8 = rows interleaved by 8
 //            (kquant.h: the same bytes reordered; N a multiple of 8)
 //   output:  Y float32 [..., N] = A @ W^T, W the dequantized tensor (A's rows quantized to int8 per 256 first;
-//            per 32 for Q8_0 / Q5_0)
+//            per 32 for Q8_0 / Q5_0 / Q4_1)
 // GgufGather (an embedding lookup; the data first, as ONNX Gather)
 //   inputs:  B uint8 [N, row_bytes] as GgufMatMul's B (same attributes);  ids int64 [...], each in [0, N)
 //   output:  float32 [..., K], K = row_bytes / block_bytes * 256: rows ids of W dequantized exactly as ggml's
@@ -54,7 +54,7 @@ struct Task {
     int ggml_type;
     int interleave;
     const kquant::BlockQ8* q8;    // K-quants: activations per 256
-    const kquant::BlockQ32* q32;  // Q8_0 / Q5_0: activations per 32
+    const kquant::BlockQ32* q32;  // Q8_0 / Q5_0 / Q4_1: activations per 32
     int64_t m, nb, n;
     const uint8_t* w;
     int64_t row_bytes;
@@ -210,7 +210,7 @@ OrtStatus* ORT_API_CALL create_kernel_v2(const OrtCustomOp* op, const OrtApi* ap
         return api->CreateStatus(ORT_INVALID_ARGUMENT,
                                  (std::string(o.name) + ": ggml_type " + std::to_string(t) + " is not supported; use " +
                                   (o.kind == OpKind::kGather ? "12 (Q4_K) or 14 (Q6_K)"
-                                                             : "12 (Q4_K), 14 (Q6_K), 8 (Q8_0) or 6 (Q5_0)")).c_str());
+                                                             : "12 (Q4_K), 14 (Q6_K), 8 (Q8_0), 6 (Q5_0) or 3 (Q4_1)")).c_str());
     int64_t il = 0;
     if (OrtStatus* st = api->KernelInfoGetAttribute_int64(info, "interleave", &il)) {  // absent: file order
         api->ReleaseStatus(st);

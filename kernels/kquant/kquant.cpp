@@ -398,13 +398,14 @@ int block_bytes(int ggml_type) {
         case GGML_Q6_K: return Q6_K_BYTES;
         case GGML_Q5_0: return Q5_0_BYTES;
         case GGML_Q8_0: return Q8_0_BYTES;
+        case GGML_Q4_1: return Q4_1_BYTES;
         default: return 0;
     }
 }
 
 int block_values(int ggml_type) {
     return ggml_type == GGML_Q4_K || ggml_type == GGML_Q6_K ? QK
-           : ggml_type == GGML_Q5_0 || ggml_type == GGML_Q8_0 ? QK32 : 0;
+           : ggml_type == GGML_Q5_0 || ggml_type == GGML_Q8_0 || ggml_type == GGML_Q4_1 ? QK32 : 0;
 }
 
 void quantize_row_q8(const float* x, BlockQ8* y, int64_t k) {

@@ -53,11 +53,13 @@ constexpr int Q6_K_X8_BYTES = 8 * Q6_K_BYTES;
 // Q8_0 and Q5_0, ggml's blocks of 32 (the types a Q4_K_M file stores where a row is not a multiple of 256, as in
 // Qwen2.5-0.5B's 896 columns, and the whole of a Q8_0 file): kquant_q32.cpp, interleaved layouts only.
 constexpr int QK32 = 32;
+constexpr int GGML_Q4_1 = 3;
 constexpr int GGML_Q5_0 = 6;
 constexpr int GGML_Q8_0 = 8;
 constexpr int Q5_0_BYTES = 22;  // fp16 d, qh[4] (bit j = the 5th bit of value j), qs[16] (j < 16: low nibble
                                 // of qs[j]; j >= 16: high nibble of qs[j - 16]); w = d * (q - 16)
 constexpr int Q8_0_BYTES = 34;  // fp16 d, int8 qs[32]; w = d * q
+constexpr int Q4_1_BYTES = 20;  // fp16 d, fp16 m, qs[16] (nibbles as Q5_0's); w = d * q + m
 
 // One activation block of 32: x ~= d * qs, sum = the sum of qs (40 bytes).
 struct BlockQ32 {
@@ -75,8 +77,11 @@ constexpr int Q8_0_X8_BYTES = 8 * Q8_0_BYTES;
 // 128 bytes: for t = 0..3, r = 0..7 the file's qs[4 t .. 4 t + 3] of row r at 32 t + 4 r (low nibbles: values
 // 4 t .. 4 t + 3, high nibbles: values 16 + 4 t ..). The same bits as the file's, moved.
 constexpr int Q5_0_X8_BYTES = 8 * Q5_0_BYTES;
+// Q4_1 rows interleaved by 8: at (g * nb + i) * 160 bytes: 16 bytes: the 8 rows' fp16 d; 16 bytes: their fp16 m;
+// 128 bytes: the codes as Q5_0_X8's (for t = 0..3, r = 0..7 the file's qs[4 t .. 4 t + 3] of row r at 32 t + 4 r).
+constexpr int Q4_1_X8_BYTES = 8 * Q4_1_BYTES;
 
-// Values per weight block of ``ggml_type``: 256 for the K-quants, 32 for Q8_0 / Q5_0 (0 if not supported).
+// Values per weight block of ``ggml_type``: 256 for the K-quants, 32 for Q8_0 / Q5_0 / Q4_1 (0 if not supported).
 int block_values(int ggml_type);
 
 // x [K] (K a multiple of 32) -> K / 32 blocks: d = 1 / (127 / max |x|), codes round(x * 127 / max |x|) to
@@ -84,8 +89,9 @@ int block_values(int ggml_type);
 void quantize_row_q32(const float* x, BlockQ32* y, int64_t k);
 
 // out[r * ldo + n] = dot(row r of the quantized activations, row n of W), n in [n0, n1) (multiples of 8), for a
-// Q8_0 / Q5_0 W interleaved by 8; q: m rows of nb = K / 32 blocks. Per block, the integer dot product of the
-// codes, then acc = fma(float(isum), d_w * d_a, acc): one fixed sequence per output whatever m and the split.
+// Q8_0 / Q5_0 / Q4_1 W interleaved by 8; q: m rows of nb = K / 32 blocks. Per block, the integer dot product of
+// the codes, then acc = fma(float(isum), d_w * d_a, acc) (Q4_1: then acc = fma(m_w, d_a * sum_a, acc)): one fixed
+// sequence per output whatever m and the split.
 void gemm32_x8(int ggml_type, const BlockQ32* q, int64_t m, int64_t nb, const uint8_t* w, int64_t n0, int64_t n1,
                float* out, int64_t ldo);
 // The same on AVX-512 VNNI (kquant_q32_vnni.cpp), bit for bit; gemm32_x8 calls it where x8_isa() says so.

@@ -1,10 +1,11 @@
-// Q8_0 and Q5_0 (ggml's blocks of 32 values) on AVX2, rows interleaved by 8 (layouts in kquant.h), and the int8
+// Q8_0, Q5_0 and Q4_1 (ggml's blocks of 32 values) on AVX2, rows interleaved by 8 (layouts in kquant.h), and the int8
 // rounding of activations per 32 they take. The AVX-512 VNNI kernels (kquant_q32_vnni.cpp) give the same numbers.
 //
 // Per weight block and activation row: the integer dot product of the 32 codes (exact: Q8_0 as |w| times a with
 // w's sign, <= 2 * 128 * 127 per int16 pair; Q5_0 as the unsigned 5-bit codes times a, <= 4 * 2 * 31 * 127 in
-// int16 over 4 chunks, minus 16 * the sum of a), then acc = fma(float(isum), d_w * d_a, acc) in fp32, 8 weight
-// rows per vector. Build with -ffp-contract=off (the float operations are the intrinsics' own).
+// int16 over 4 chunks, minus 16 * the sum of a; Q4_1 as its unsigned 4-bit codes times a), then acc =
+// fma(float(isum), d_w * d_a, acc) in fp32 (Q4_1: then acc = fma(m_w, d_a * sum of a, acc)), 8 weight rows per
+// vector. Build with -ffp-contract=off (the float operations are the intrinsics' own).
 #include <immintrin.h>
 
 #include <cstring>
@@ -82,8 +83,39 @@ void q5_0_x8_rows(const BlockQ32* const* a, int64_t nb, const uint8_t* w, int64_
     for (int r = 0; r < R; ++r) _mm256_storeu_ps(out[r] + 8 * g, acc[r]);
 }
 
+template <int R>
+void q4_1_x8_rows(const BlockQ32* const* a, int64_t nb, const uint8_t* w, int64_t g, float* const* out) {
+    const uint8_t* base = w + g * nb * Q4_1_X8_BYTES;
+    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+        const uint8_t* b = base + i * Q4_1_X8_BYTES;
+        q32_prefetch(b, Q4_1_X8_BYTES);
+        const __m256 dw = q32_fp16x8(b), mw = q32_fp16x8(b + 16);
+        __m256i p16[R];  // int16 sums of 4 chunks' pairs: <= 4 * 2 * 15 * 127 = 15240
+        __m256i isum[R];
+        for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+        for (int half = 0; half < 2; ++half) {  // chunks 0-3 (low nibbles), 4-7 (high nibbles)
+            for (int r = 0; r < R; ++r) p16[r] = _mm256_setzero_si256();
+            for (int t = 0; t < 4; ++t) {
+                const __m256i v = q32_load(b + 32 + 32 * t);
+                const int c = 4 * half + t;
+                const __m256i x = half == 0 ? _mm256_and_si256(v, m4) : _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                for (int r = 0; r < R; ++r)
+                    p16[r] = _mm256_add_epi16(p16[r], _mm256_maddubs_epi16(x, q32_bcast4(a[r][i].qs + 4 * c)));
+            }
+            for (int r = 0; r < R; ++r) isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p16[r], ones));
+        }
+        q32_block_end<R>(isum, 0, dw, a, i, acc);
+        q32_offset_end<R>(mw, a, i, acc);
+    }
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(out[r] + 8 * g, acc[r]);
+}
+
 constexpr Q32Fn kQ8[4] = {q8_0_x8_rows<1>, q8_0_x8_rows<2>, q8_0_x8_rows<3>, q8_0_x8_rows<4>};
 constexpr Q32Fn kQ5[4] = {q5_0_x8_rows<1>, q5_0_x8_rows<2>, q5_0_x8_rows<3>, q5_0_x8_rows<4>};
+constexpr Q32Fn kQ41[4] = {q4_1_x8_rows<1>, q4_1_x8_rows<2>, q4_1_x8_rows<3>, q4_1_x8_rows<4>};
 
 }  // namespace
 
@@ -125,7 +157,7 @@ void gemm32_x8(int ggml_type, const BlockQ32* q, int64_t m, int64_t nb, const ui
         gemm32_x8_vnni(ggml_type, q, m, nb, w, n0, n1, out, ldo);
         return;
     }
-    q32_tiles(ggml_type == GGML_Q8_0 ? kQ8 : kQ5, q, m, nb, w, n0, n1, out, ldo);
+    q32_tiles(ggml_type == GGML_Q8_0 ? kQ8 : ggml_type == GGML_Q5_0 ? kQ5 : kQ41, q, m, nb, w, n0, n1, out, ldo);
 }
 
 }  // namespace kquant

@@ -39,6 +39,13 @@ inline void q32_block_end(const __m256i* isum, int offset, __m256 dw, const Bloc
     }
 }
 
+// Q4_1's offsets: acc[r] += m_w * (d_a * sum of row r's block i), after q32_block_end (8 weight rows per vector).
+template <int R>
+inline void q32_offset_end(__m256 mw, const BlockQ32* const* a, int64_t i, __m256* acc) {
+    for (int r = 0; r < R; ++r)
+        acc[r] = _mm256_fmadd_ps(mw, _mm256_set1_ps(a[r][i].d * static_cast<float>(a[r][i].sum)), acc[r]);
+}
+
 // One kernel of a block type for a tile of t = 1..4 activation rows over one group of 8 weight rows.
 using Q32Fn = void (*)(const BlockQ32* const*, int64_t, const uint8_t*, int64_t, float* const*);
 

@@ -1,7 +1,7 @@
-// kquant_q32.cpp's Q8_0 / Q5_0 kernels on AVX-512 VNNI (256-bit vectors), for the CPUs that have it; the AVX2
+// kquant_q32.cpp's Q8_0 / Q5_0 / Q4_1 kernels on AVX-512 VNNI (256-bit vectors), for the CPUs that have it; the AVX2
 // kernels' numbers bit for bit: the same integer dot product per block (vpdpbusd of unsigned codes and signed
 // activations: Q8_0's codes offset by 128, then 128 * the sum of a taken off; Q5_0's 5th bits set under a mask),
-// the same float operations in the same order.
+// Q4_1's codes as they are), the same float operations in the same order.
 #include <immintrin.h>
 
 #include <cstring>
@@ -73,14 +73,41 @@ KQ_VNNI void q5_0_x8_rows(const BlockQ32* const* a, int64_t nb, const uint8_t* w
     for (int r = 0; r < R; ++r) _mm256_storeu_ps(out[r] + 8 * g, acc[r]);
 }
 
+template <int R>
+KQ_VNNI void q4_1_x8_rows(const BlockQ32* const* a, int64_t nb, const uint8_t* w, int64_t g, float* const* out) {
+    const uint8_t* base = w + g * nb * Q4_1_X8_BYTES;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+        const uint8_t* b = base + i * Q4_1_X8_BYTES;
+        q32_prefetch(b, Q4_1_X8_BYTES);
+        const __m256 dw = q32_fp16x8(b), mw = q32_fp16x8(b + 16);
+        __m256i isum[R];
+        for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+        for (int t = 0; t < 4; ++t) {
+            const __m256i v = q32_load(b + 32 + 32 * t);
+            const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            for (int r = 0; r < R; ++r) {
+                isum[r] = _mm256_dpbusd_epi32(isum[r], lo, q32_bcast4(a[r][i].qs + 4 * t));
+                isum[r] = _mm256_dpbusd_epi32(isum[r], hi, q32_bcast4(a[r][i].qs + 16 + 4 * t));
+            }
+        }
+        q32_block_end<R>(isum, 0, dw, a, i, acc);
+        q32_offset_end<R>(mw, a, i, acc);
+    }
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(out[r] + 8 * g, acc[r]);
+}
+
 constexpr Q32Fn kQ8[4] = {q8_0_x8_rows<1>, q8_0_x8_rows<2>, q8_0_x8_rows<3>, q8_0_x8_rows<4>};
 constexpr Q32Fn kQ5[4] = {q5_0_x8_rows<1>, q5_0_x8_rows<2>, q5_0_x8_rows<3>, q5_0_x8_rows<4>};
+constexpr Q32Fn kQ41[4] = {q4_1_x8_rows<1>, q4_1_x8_rows<2>, q4_1_x8_rows<3>, q4_1_x8_rows<4>};
 
 }  // namespace
 
 void gemm32_x8_vnni(int ggml_type, const BlockQ32* q, int64_t m, int64_t nb, const uint8_t* w, int64_t n0,
                     int64_t n1, float* out, int64_t ldo) {
-    q32_tiles(ggml_type == GGML_Q8_0 ? kQ8 : kQ5, q, m, nb, w, n0, n1, out, ldo);
+    q32_tiles(ggml_type == GGML_Q8_0 ? kQ8 : ggml_type == GGML_Q5_0 ? kQ5 : kQ41, q, m, nb, w, n0, n1, out, ldo);
 }
 
 }  // namespace kquant
