@@ -138,11 +138,13 @@ DEMO = Pair(
     name="demo", title="the demo (SmolLM2-135M-Instruct + its edge-spec drafter)", target=SMOLLM2,
     drafter=MODELS / "smollm2-eagle3",
     # The export defaults, spelled out so that the cache key changes whenever they do: the file's own weights
-    # carried over exactly (--gguf-mode split), int8 activations as llama.cpp computes (accuracy level 4: ~2x faster
+    # carried over exactly (--gguf-mode auto: its Q4_1 blocks on edge-spec's kernels where they run, decode 2.0x
+    # llama.cpp's on the AMX Xeon, 2026-12-04, BENCHMARKS.md; else split), int8 activations as llama.cpp computes
+    # (accuracy level 4: ~2x faster
     # than fp32 activations, and as faithful to transformers fp32 on this file as llama.cpp is: BENCHMARKS.md), the
     # head at int8 (int4 rounding cost it a tenth of its accepted drafts) and an fp16 KV cache (llama.cpp's default;
     # half the memory).
-    export_args=("--gguf-mode", "split", "--target-quant", "int4:4", "--drafter-quant", "int8:4", "--kv-dtype", "fp16"),
+    export_args=("--gguf-mode", "auto", "--target-quant", "int4:4", "--drafter-quant", "int8:4", "--kv-dtype", "fp16"),
     export_time="about a minute on 2 CPU cores",  # measured: README states the same (a test checks)
     # The target's own answers (edge-spec distill's ids-only data, committed): the demo's n-gram draft table comes from
     # them (docs/runtime.md, "Drafting"). Absent (an installed package without the models directory): no table.

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import edge_spec
-from edge_spec import demo, fetch
+from edge_spec import demo, fetch, kernels
 from edge_spec.bundle import MANIFEST_NAME, SCHEMA_VERSION
 from edge_spec.errors import EdgeSpecError
 from edge_spec.fetch import Chunk, ModelFile, fetch_model, kept_wheels_dir
@@ -181,7 +181,6 @@ def test_coder_is_fetched_then_exported_once_with_its_export_args(fake_coder, tm
     assert any("about 6 minutes" in m and "4 GiB" in m for m in msgs), msgs
     assert demo.resolve_bundle("coder") == out and len(exports) == 1  # cached: no second fetch or export
     # --gguf-mode auto: a machine where the K-quant kernels cannot run gets its own bundle (split), not this one
-    from edge_spec import kernels
 
     here, ran = demo.pair_key(CODER, paths), kernels.available()
     monkeypatch.setenv("EDGE_SPEC_KQUANT_LIB", "none")
@@ -221,11 +220,13 @@ def test_the_cache_key_tracks_the_pairs_data(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(not (demo.DEMO_DRAFTER / "config.json").is_file(), reason="no committed demo drafter")
 def test_the_demo_key_is_the_formula_of_earlier_releases(tmp_path, monkeypatch):
-    """Existing demo caches stay valid: the key below is the one edge_spec.demo computed before pairs were data."""
+    """The demo's cache key is the formula edge_spec.demo computed before pairs were data (its arguments since
+    2026-12-04: --gguf-mode auto, the Q4_1 kernels)."""
     monkeypatch.setenv("EDGE_SPEC_HOME", str(tmp_path))
     paths = demo.demo_checkpoints()
-    args = ("--gguf-mode", "split", "--target-quant", "int4:4", "--drafter-quant", "int8:4", "--kv-dtype", "fp16")
+    args = ("--gguf-mode", "auto", "--target-quant", "int4:4", "--drafter-quant", "int8:4", "--kv-dtype", "fp16")
     h = hashlib.sha256(f"{edge_spec.__version__}/{SCHEMA_VERSION}/{demo.DEMO_TARGET.sha256}/{args}".encode())
+    h.update(f"gguf-mode/{'kquant' if kernels.available() else 'split'}".encode())  # what auto picks here
     drafter = [(f"drafter/{p.name}", p) for p in sorted(paths["drafter"].iterdir())
                if p.is_file() and p.name.endswith((".safetensors", ".json"))]
     for name, f in drafter + [(k, v) for k, v in sorted(paths.items()) if k.startswith("ngrams/")]:
