@@ -51,8 +51,9 @@ SMOLLM2_DRAFTER = ROOT / "models" / "smollm2-eagle3"  # the demo's: an EAGLE-3 h
 SMOLLM2_CALIBRATION_STEP = 4
 # name -> export options of the configurations the tests run on the real pair
 SMOLLM2_CONFIGS: dict[str, dict] = {
-    # the export defaults, as the demo uses them: --gguf-mode split (every weight equals the file's), int8
-    # activations (accuracy level 4), fp16 KV cache; and the demo's n-gram table (its committed answers files)
+    # the export defaults, as the demo uses them: --gguf-mode auto (the file's blocks on the K-quant kernels where
+    # they run, else split: every weight equals the file's, int8 activations), fp16 KV cache; and the demo's n-gram
+    # table (its committed answers files)
     "default": {"ngrams": "demo"},
     # the reference graph: fp32 MatMuls of the file's exact weights, fp32 activations, fp32 KV
     "exact": {"gguf_mode": "exact", "target_quant": ("int4", 1), "kv_dtype": "float32"},
