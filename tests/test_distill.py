@@ -440,6 +440,29 @@ def test_the_card_names_text_the_target_did_not_write(tiny_target, tmp_path):
            "replies of another model)" in card
 
 
+def test_the_card_says_what_it_did_not_measure_and_names_the_target_by_its_file(tiny_target, tmp_path):
+    """A head whose held-out answers hold none sampled at T=0.7 gets "not measured" there, not a row of 0.000; an
+    answers file that says only how the target wrote it ("origin") is the target's own text; the card names the
+    target by its file name, not the path it was trained from."""
+    from edge_spec.distill.card import render_eagle_card
+    from edge_spec.distill.ids import pack, read
+
+    first = tmp_path / "first"
+    distill(_eagle(tiny_target, first, steps=1), _quiet)
+    train, held, meta = read(first / "data" / "answers.npz")
+    own = pack(train, held, tmp_path / "own.npz", {**meta, "origin": "prompts answered greedily by the target"})
+    report = distill(replace(_eagle(tiny_target, tmp_path / "h", steps=1), answers=own), _quiet)
+    card = (tmp_path / "h" / "MODEL_CARD.md").read_text()
+    assert "answer tokens written by the target for" in card and "other writers" not in card
+    assert f"A feature drafter for `{Path(report['target']['path']).name}` (sha256" in card
+    for h in [*report["train"]["history"], report["train"]["final"]]:
+        h["t07_positions"], h["t07"] = 0, [0.0] * len(h["t07"])
+    card = render_eagle_card(report)
+    assert "| T=0.7 E[Σ min(p,q)]: no held-out answer was sampled at T=0.7 | not measured |" in card
+    assert "T=0.7 after training" not in card
+    assert all(line.endswith("| — |") for line in card.splitlines() if line.startswith("| 0 |"))
+
+
 def test_head_mlp_sets_a_fresh_heads_width_and_widens_a_continued_one_without_undoing_it(tiny_target, tmp_path):
     """--head-mlp: a fresh head of another MLP width trains and saves at that width; a continued head made wider
     scores before its first step what it scored when saved (the new units start silent); a run resumed at another

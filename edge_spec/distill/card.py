@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
@@ -67,7 +69,8 @@ def render_eagle_card(report: dict, command: str | None = None) -> str:
     lines = [
         "# EAGLE-3 head (edge-spec distill --kind eagle3)",
         "",
-        f"A feature drafter for `{t['path']}` (sha256 `{t['sha256']}`): one decoder layer that reads the target's "
+        f"A feature drafter for `{Path(t['path']).name}` (sha256 `{t['sha256']}`): one decoder layer that reads "
+        "the target's "
         f"residual stream entering layers {d['aux_layers']} (vLLM's aux-layer ids; {t['layers']} = the last layer's "
         "output) and the target's own embedding (not stored here), and predicts over a draft vocabulary of "
         f"{d['draft_vocab']:,} tokens ({_pct(d['draft_vocab_coverage'])} of held-out answer tokens). Published "
@@ -93,9 +96,7 @@ def render_eagle_card(report: dict, command: str | None = None) -> str:
         f"| greedy, before training ({first['greedy_positions']:,} positions) | "
         + " | ".join(f"{x:.3f}" for x in first["greedy"]) + " |",
         "| greedy, after training | " + " | ".join(f"**{x:.3f}**" for x in final["greedy"]) + " |",
-        f"| T=0.7 E[Σ min(p,q)] before ({first['t07_positions']:,} positions) | "
-        + " | ".join(f"{x:.3f}" for x in first["t07"]) + " |",
-        "| T=0.7 after training | " + " | ".join(f"**{x:.3f}**" for x in final["t07"]) + " |",
+        *_t07_rows(first, final, depths),
         "",
         "## Training curve (held-out, depth 1 / 2 / 3)",
         "",
@@ -103,10 +104,21 @@ def render_eagle_card(report: dict, command: str | None = None) -> str:
         "|---|---|---|",
     ]
     lines += [f"| {h['step']} | {' / '.join(f'{x:.3f}' for x in h['greedy'][:3])} | "
-              f"{' / '.join(f'{x:.3f}' for x in h['t07'][:3])} |" for h in tr["history"]]
+              f"{' / '.join(f'{x:.3f}' for x in h['t07'][:3]) if h.get('t07_positions') else '—'} |"
+              for h in tr["history"]]
     if command:
         lines += ["", "## Reproduce", "", "```bash", command, "```"]
     return "\n".join(lines) + "\n"
+
+
+def _t07_rows(first: dict, final: dict, depths: int) -> list[str]:
+    """The card's T=0.7 rows; one row saying so when the held-out answers hold no sampled ones (nothing measured)."""
+    if not first.get("t07_positions") and not final.get("t07_positions"):
+        return ["| T=0.7 E[Σ min(p,q)]: no held-out answer was sampled at T=0.7 | "
+                + " | ".join(["not measured"] * depths) + " |"]
+    return [f"| T=0.7 E[Σ min(p,q)] before ({first['t07_positions']:,} positions) | "
+            + " | ".join(f"{x:.3f}" for x in first["t07"]) + " |",
+            "| T=0.7 after training | " + " | ".join(f"**{x:.3f}**" for x in final["t07"]) + " |"]
 
 
 def _generation_seconds(data: dict) -> float:

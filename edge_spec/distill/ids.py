@@ -97,6 +97,7 @@ def read_many(paths: list[Path]) -> tuple[list[Sequence], list[Sequence], dict]:
         meta["files"].append({"file": str(path), "sequences": len(t) + len(h), "kept": kept,
                               "train_tokens": train_tokens,
                               # text the target did not write (e.g. teacher-forced ShareGPT replies) says so
+                              # in "source"; the target's own answers may say how they were made in "origin"
                               **({"source": m["source"]} if m.get("source") else {})})
     return train, held, meta
 

@@ -73,7 +73,7 @@ def _write(pack, seqs: list, out: Path, indices: list[int], seconds: float) -> N
     from edge_spec.pairs import PAIRS
 
     pack(seqs, [], out, {"target_sha256": PAIRS["coder"].target.sha256, "generation_seconds": round(seconds, 1),
-                         "source": "models/coder-data/prompts.txt answered greedily by the coder bundle's target "
+                         "origin": "models/coder-data/prompts.txt answered greedily by the coder bundle's target "
                                    "(models/coder-data/answers.py)", "prompt_indices": indices})
 
 
