@@ -41,6 +41,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+from edge_spec.runtime.budget import DRAFTING  # noqa: E402  (what Engine.load(drafting=...) takes)
 
 LLAMA_AR, LLAMA_SPEC = "llama.cpp AR", "llama.cpp speculative"
 
@@ -96,9 +97,8 @@ def parse_edge(spec: str) -> tuple[str, Path, str]:
     """``NAME=BUNDLE:DRAFTING`` -> (name, bundle, drafting)."""
     name, _, rest = spec.partition("=")
     bundle, _, drafting = rest.rpartition(":")
-    if not name or not bundle or drafting not in ("auto", "hybrid", "model", "lookup", "none"):
-        raise SystemExit(f"--edge {spec!r}: give NAME=BUNDLE:DRAFTING, DRAFTING one of auto, hybrid, model, "
-                         "lookup, none")
+    if not name or not bundle or drafting not in DRAFTING:
+        raise SystemExit(f"--edge {spec!r}: give NAME=BUNDLE:DRAFTING, DRAFTING one of {', '.join(DRAFTING)}")
     return name, Path(bundle).expanduser(), drafting
 
 
