@@ -6,10 +6,10 @@ runs move by 10-30 % between minutes, and ``llama-bench`` is not the server the 
 script keeps both systems loaded at once and alternates them on every prompt (the order swapped each round), so
 the machine's drift falls on both alike, and it splits each request into its two phases:
 
-* **prefill**: edge-spec's time to the first token (``Engine.stream``'s first event), llama.cpp's ``prompt_ms``;
+* **prefill**: edge-spec's time to the first token (``Engine.stream``'s first event), llama.cpp's ``prompt_ms``
+  plus its first token's share of ``predicted_ms`` (``lib/request``);
 * **decode**: edge-spec's time from the first token to the last over the tokens after the first; llama.cpp's
-  ``predicted_ms / predicted_n`` (its own timings, HTTP excluded; dividing by all ``predicted_n`` tokens can only
-  make llama.cpp's step look shorter, never ours);
+  ``predicted_ms / predicted_n`` (its own timings, HTTP excluded);
 * **whole**: generated tokens over prompt + generation time, as ``vs_llamacpp.py`` counts them.
 
 edge-spec is the engine ``edge-spec generate --no-speculation`` loads (``drafting="none"``: no drafter, 1-row
@@ -43,29 +43,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 
-def edge_request(engine: Any, ids: list[int], tokens: int) -> dict[str, float]:
-    """One greedy plain request: {prefill_s, decode_s_per_token, whole_tok_s, tokens}."""
-    engine.reset()
-    start = time.perf_counter()
-    first = None
-    n = 0
-    for ev in engine.stream(ids, {"stop_token_ids": ()}, max_new_tokens=tokens, temperature=0.0):
-        if ev.token_ids:
-            if first is None:
-                first = time.perf_counter()
-            n += len(ev.token_ids)
-    end = time.perf_counter()
-    assert first is not None and n > 1
-    return {"prefill_s": first - start, "decode_s_per_token": (end - first) / (n - 1),
-            "whole_tok_s": n / (end - start), "tokens": n}
-
-
-def llama_request(server: Any, ids: list[int], tokens: int) -> dict[str, float]:
-    """The same request through llama-server's /completion, from its own timings."""
-    t = server.complete(ids, tokens, temperature=0.0, extra={"ignore_eos": True})["timings"]
-    n = int(t["predicted_n"])
-    return {"prefill_s": t["prompt_ms"] / 1e3, "decode_s_per_token": t["predicted_ms"] / 1e3 / n,
-            "whole_tok_s": n / ((t["prompt_ms"] + t["predicted_ms"]) / 1e3), "tokens": n}
+def timed(fn: Any, system: Any, ids: list[int], tokens: int) -> dict[str, float]:
+    """One greedy request (``lib/request``): {prefill_s, decode_s_per_token, whole_tok_s, tokens}."""
+    r = fn(system, ids, tokens)
+    n = r["tokens"]
+    return {"prefill_s": r["prefill_s"], "decode_s_per_token": r["decode_s"] / (n - 1),
+            "whole_tok_s": n / (r["prefill_s"] + r["decode_s"]), "tokens": n}
 
 
 def _with_data(tensor: Any, root: Path) -> Any:
@@ -163,6 +146,7 @@ def run_threads(bundle: Path, gguf: Path, prompts: list[list[int]], threads: int
     overall medians. ``baseline``: a second bundle of the same target (e.g. another ``--gguf-mode``) in the same
     rotation, row ``edge_spec_baseline``."""
     from benchmarks.lib import llamacpp
+    from benchmarks.lib.request import edge_request, llama_request
     from edge_spec import Engine
 
     engines = {"edge_spec": Engine.load(bundle, drafting="none", max_context=4096, threads=threads)}
@@ -179,7 +163,7 @@ def run_threads(bundle: Path, gguf: Path, prompts: list[list[int]], threads: int
             order = systems[r % len(systems):] + systems[:r % len(systems)]
             for ids in prompts:
                 for name, fn, system in order:
-                    rows[name].append(fn(system, ids, tokens))
+                    rows[name].append(timed(fn, system, ids, tokens))
             rs = {name: summary(v[start[name]:]) for name, v in rows.items()}
             per_round.append(rs)
             print(f"threads {threads} round {r + 1}: {json.dumps(rs)}", flush=True)

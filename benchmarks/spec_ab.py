@@ -19,7 +19,8 @@ time to the first token; llama.cpp: its ``prompt_ms``), decode (the rest, per to
 ``predicted_ms / predicted_n``) and whole-request tokens/s. A system's row sums tokens and seconds over its requests
 (tokens/s of the whole run, as ``vs_llamacpp.py`` reports), beside the median decode ms per token. Greedy rows also
 check losslessness: every edge-spec engine's tokens against the first ``none`` engine's (the model alone), prompt
-by prompt, and how many of llama.cpp's equal them.
+by prompt, and how many of llama.cpp's equal them. Peak RSS: each llama-server's own, and the edge-spec engines'
+together (one process; for one engine's, ``edge-spec chat`` under ``/usr/bin/time -v``).
 
     python benchmarks/spec_ab.py --gguf TARGET.gguf --draft-gguf DRAFT.gguf --edge head=HEAD:auto \\
         --edge lookup=PAIR:lookup --edge plain=PAIR:none --code --prompts 40 --tokens 128 --threads 2 \\
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import resource
 import statistics
 import sys
 import time
@@ -41,38 +43,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+from benchmarks.lib.request import edge_request, llama_request  # noqa: E402
 from edge_spec.runtime.budget import DRAFTING  # noqa: E402  (what Engine.load(drafting=...) takes)
 
 LLAMA_AR, LLAMA_SPEC = "llama.cpp AR", "llama.cpp speculative"
-
-
-def edge_request(engine: Any, ids: list[int], tokens: int, temperature: float, seed: int) -> dict[str, Any]:
-    """One request through ``Engine.stream``: times, token ids and the engine's drafting counters."""
-    engine.reset()
-    before = {k: getattr(engine.stats, k) for k in ("drafted", "accepted", "target_passes")}
-    start = time.perf_counter()
-    first = None
-    out: list[int] = []
-    for ev in engine.stream(ids, {"stop_token_ids": ()}, max_new_tokens=tokens, temperature=temperature, seed=seed):
-        if ev.token_ids:
-            if first is None:
-                first = time.perf_counter()
-            out.extend(int(t) for t in ev.token_ids)
-    end = time.perf_counter()
-    assert first is not None and len(out) > 1
-    stats = {k: getattr(engine.stats, k) - v for k, v in before.items()}
-    return {"prefill_s": first - start, "decode_s": end - first, "tokens": len(out), "token_ids": out, **stats}
-
-
-def llama_request(server: Any, ids: list[int], tokens: int, temperature: float, seed: int) -> dict[str, Any]:
-    """The same request through llama-server's /completion, timed by its own ``timings``."""
-    r = server.complete(ids, tokens, temperature=temperature, seed=seed, extra={"ignore_eos": True})
-    t = r["timings"]
-    n = int(t["predicted_n"])
-    per = t["predicted_ms"] / 1e3 / n
-    return {"prefill_s": t["prompt_ms"] / 1e3 + per, "decode_s": per * (n - 1), "tokens": n,
-            "token_ids": [int(x) for x in r.get("tokens", [])], "drafted": int(t.get("draft_n", 0) or 0),
-            "accepted": int(t.get("draft_n_accepted", 0) or 0)}
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -187,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
                 "greedy_equal": {k: v if isinstance(v, str) else v["equal"]
                                  for k, v in result["runs"][str(t)].get("greedy_equal", {}).items()}}, indent=1),
                   flush=True)
+        # peak RSS: each llama-server's own (VmHWM, its -c context preallocated); edge-spec's engines share this process
+        result["peak_rss_mib"] = {name: round(llamacpp.proc_memory(s.pid)["peak_rss"] / 2**20)
+                                  for (name, _), s in zip(servers, opened)}
+        result["peak_rss_mib"]["edge-spec engines, together"] = round(
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     finally:
         for s in opened:
             s.__exit__(None, None, None)

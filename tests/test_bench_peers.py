@@ -239,3 +239,32 @@ def test_rounds_rotate_the_order_and_rows_keep_their_fastest_round(tmp_path, mon
     vs_llamacpp.run_systems(args, [[1, 2]])
     assert calls[0] == "edge-spec speculative" and calls[1:].count("edge-spec speculative") == 4
     assert calls.count("edge-spec plain") == 4  # 2 rounds x 2 temperatures, no probe run
+
+
+def test_llama_request_counts_its_first_token_in_prefill_as_edge_spec_does() -> None:
+    """lib/request: llama-server's timings split as edge-spec's stream is (prefill = up to the first token)."""
+    from benchmarks.lib.request import llama_request
+
+    class Server:
+        def complete(self, ids, n, *, temperature, seed, extra):
+            assert extra == {"ignore_eos": True} and n == 4
+            return {"tokens": [5, 6, 7, 8], "timings": {"prompt_ms": 100.0, "predicted_ms": 40.0, "predicted_n": 4,
+                                                        "draft_n": 3, "draft_n_accepted": 2}}
+
+    r = llama_request(Server(), [1, 2], 4, temperature=0.7, seed=3)
+    assert r["prefill_s"] == pytest.approx(0.110) and r["decode_s"] == pytest.approx(0.030)
+    assert (r["tokens"], r["token_ids"], r["drafted"], r["accepted"]) == (4, [5, 6, 7, 8], 3, 2)
+
+
+def test_edge_request_makes_every_token_and_decode_ab_derives_its_fields(demo_bundle: Path) -> None:
+    from benchmarks import decode_ab
+    from benchmarks.lib.request import edge_request
+    from edge_spec import Engine
+
+    engine = Engine.load(demo_bundle, drafting="none", threads=1)
+    ids = engine.encode_chat([{"role": "user", "content": "Write a function that adds two numbers."}])
+    r = edge_request(engine, ids, 6)
+    assert r["tokens"] == len(r["token_ids"]) == 6 and r["prefill_s"] > 0 and r["decode_s"] > 0
+    assert r["target_passes"] >= 6 and r["drafted"] == 0  # plain: one pass per token (and the prompt's)
+    t = decode_ab.timed(edge_request, engine, ids, 6)
+    assert t["tokens"] == 6 and t["whole_tok_s"] > 0 and t["decode_s_per_token"] > 0
