@@ -461,6 +461,10 @@ def test_the_card_says_what_it_did_not_measure_and_names_the_target_by_its_file(
     assert "| T=0.7 E[Σ min(p,q)]: no held-out answer was sampled at T=0.7 | not measured |" in card
     assert "T=0.7 after training" not in card
     assert all(line.endswith("| — |") for line in card.splitlines() if line.startswith("| 0 |"))
+    from edge_spec.distill.eagle_train import format_acceptance  # the progress lines say so too
+
+    line = format_acceptance(report["train"]["final"])
+    assert "T=0.7 not measured" in line and "T=0.7 0.000" not in line
 
 
 def test_head_mlp_sets_a_fresh_heads_width_and_widens_a_continued_one_without_undoing_it(tiny_target, tmp_path):

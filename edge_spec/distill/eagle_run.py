@@ -26,7 +26,7 @@ from edge_spec.distill.eagle_init import (
     init_head,
     resize_mlp,
 )
-from edge_spec.distill.eagle_train import train_head
+from edge_spec.distill.eagle_train import format_acceptance, train_head
 from edge_spec.distill.features import aux_scale, extract_features
 from edge_spec.distill.sequence import Sequence
 from edge_spec.errors import EdgeSpecError
@@ -135,7 +135,7 @@ def train_eagle(cfg: DistillConfig, target: Target, train_seqs: list[Sequence], 
     (cfg.out / "training.json").write_text(json.dumps(report, indent=2) + "\n")
     (cfg.out / "MODEL_CARD.md").write_text(render_eagle_card(report, cfg.command))
     fin = result["final"]
-    log(f"saved EAGLE-3 head to {cfg.out} (held-out acceptance by depth: greedy {fin['greedy']}, T=0.7 {fin['t07']})")
+    log(f"saved EAGLE-3 head to {cfg.out} ({format_acceptance(fin)})")
     return report
 
 

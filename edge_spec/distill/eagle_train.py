@@ -227,7 +227,7 @@ def train_head(head: Eagle3Head, embed: torch.nn.Module, train: list[Sequence], 
     if not history:
         history.append({"step": 0, **evaluate(head, embed, held, store, len(train), t2d, sc, cfg, cfg.eval_tokens)})
         eval_seconds = time.time() - t0
-        log(f"train: step 0 {_fmt(history[-1])}")
+        log(f"train: step 0 {format_acceptance(history[-1])}")
     t_steps = time.time()  # the step rate is measured on training steps only
     budgeted = seconds is not None and cfg.steps is None  # a time budget sets (and keeps re-setting) the step count
     while planned is None or step < planned:
@@ -275,7 +275,7 @@ def train_head(head: Eagle3Head, embed: torch.nn.Module, train: list[Sequence], 
             history.append({"step": step, "loss": round(loss_value, 4),
                             "minutes": round((spent + time.time() - t0) / 60, 2),
                             **evaluate(head, embed, held, store, len(train), t2d, sc, cfg, cfg.eval_tokens)})
-            log(f"train: step {step} {_fmt(history[-1])}")
+            log(f"train: step {step} {format_acceptance(history[-1])}")
         if time.time() - t_log > 30:
             t_log = time.time()
             eta = (time.time() - t0) / done_here * ((planned or step) - step) / 60
@@ -300,7 +300,7 @@ def _save(path: Path, state: dict) -> None:
     os.replace(path / "state.pt.tmp", path / "state.pt")
 
 
-def _fmt(m: dict) -> str:
+def format_acceptance(m: dict) -> str:
     g = " / ".join(f"{x:.3f}" for x in m["greedy"])
-    t = " / ".join(f"{x:.3f}" for x in m["t07"])
+    t = " / ".join(f"{x:.3f}" for x in m["t07"]) if m.get("t07_positions") else "not measured (no sampled answer)"
     return f"held-out acceptance by depth: greedy {g}; T=0.7 {t}" + (f"; loss {m['loss']:.3f}" if "loss" in m else "")
