@@ -15,9 +15,10 @@ computes at any moment. Systems:
 
 Every request is fed the same token ids (the prompt rendered by the first bundle's chat format), ignores the stop
 tokens (so every one makes ``--tokens`` tokens) and is seeded by its prompt's index. Per request: prefill (edge-spec:
-time to the first token; llama.cpp: its ``prompt_ms``), decode (the rest, per token after the first; llama.cpp:
-``predicted_ms / predicted_n``) and whole-request tokens/s. A system's row sums tokens and seconds over its requests
-(tokens/s of the whole run, as ``vs_llamacpp.py`` reports), beside the median decode ms per token. Greedy rows also
+time to the first token; llama.cpp: its ``prompt_ms`` and its first token, ``lib/request``), decode (the rest, per
+token after the first; llama.cpp: ``predicted_ms / predicted_n``) and whole-request tokens/s. A system's row sums
+tokens and seconds over its requests (tokens/s of the whole run, as ``vs_llamacpp.py`` reports), beside the median
+decode ms per token. Greedy rows also
 check losslessness: every edge-spec engine's tokens against the first ``none`` engine's (the model alone), prompt
 by prompt, and how many of llama.cpp's equal them. Peak RSS: each llama-server's own, and the edge-spec engines'
 together (one process; for one engine's, ``edge-spec chat`` under ``/usr/bin/time -v``).
